@@ -1,0 +1,32 @@
+"""cachelimit: bound the KV cache of Hugging Face transformers text generation.
+
+import cachelimit
+cachelimit.patch()                       # or cachelimit.patch("gpt2", "llama", "mistral")
+model.generate(ids, max_new_tokens=20_000, cache_limit=1024, num_sink_tokens=4)
+"""
+
+from __future__ import annotations
+
+from . import models  # noqa: F401  (registers the supported families)
+from .patches import FAMILIES, is_patched, patch, unpatch
+from .policy import WindowPolicy
+from .window_cache import BoundedCache, BoundedLayer
+
+__version__ = "0.1.0"
+
+
+def supported_families() -> list[str]:
+    """Names accepted by `patch` and `unpatch`."""
+    return sorted(FAMILIES)
+
+
+__all__ = [
+    "BoundedCache",
+    "BoundedLayer",
+    "WindowPolicy",
+    "__version__",
+    "is_patched",
+    "patch",
+    "supported_families",
+    "unpatch",
+]

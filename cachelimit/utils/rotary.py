@@ -1,0 +1,33 @@
+"""Move cached RoPE keys to other positions with the model's own rotary embedding (no copied math)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class RotaryShift:
+    """Rotates already-rotated keys by a further `shift` positions.
+
+    RoPE is a rotation per frequency pair, so rotating a key written at position p by `shift` gives exactly the
+    key written at p + shift. The cos/sin come from the model's rotary module (its frequencies, its scaling
+    rules); the attention-scaling factor some RoPE variants fold into cos/sin is divided out, since the
+    cached key already carries it. Only RoPE types with position-independent frequencies compose this way.
+    """
+
+    def __init__(self, rotary_embedding: torch.nn.Module, apply_rotary_pos_emb: Callable, dtype: torch.dtype):
+        self.rotary_embedding = rotary_embedding
+        self.apply_rotary_pos_emb = apply_rotary_pos_emb
+        self.dtype = dtype
+        self.scaling = float(getattr(rotary_embedding, "attention_scaling", 1.0))
+
+    def cos_sin(self, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for a [batch, n] tensor of position shifts."""
+        probe = torch.empty(0, dtype=torch.float32, device=shift.device)
+        cos, sin = self.rotary_embedding(probe, shift)
+        return (cos / self.scaling).to(self.dtype), (sin / self.scaling).to(self.dtype)
+
+    def apply(self, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate [batch, heads, n, dim] keys by the shifts `cos_sin` was given."""
+        return self.apply_rotary_pos_emb(keys, keys, cos, sin)[1]

@@ -1,0 +1,216 @@
+"""`BoundedCache`: a transformers `Cache` whose layers never hold more than `limit` positions.
+
+Each layer is one fixed buffer of `sinks + (limit - sinks) + 1` slots written in place: a decode step writes
+the new key/value into the ring slot of the token that just left the window and returns the buffer as is.
+Attention does not care in which slot a key sits, only what the mask allows, so nothing is ever shifted,
+rolled or concatenated while decoding (transformers' own sliding-window layers copy the window every step).
+Which slot holds what is planned once per step for all layers (see `step_plan`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from .policy import WindowPolicy
+from .step_plan import RowState, StepPlan, plan_step
+
+
+class BoundedLayer(CacheLayerMixin):
+    """One layer of a `BoundedCache`; all bookkeeping lives in the parent cache's current `StepPlan`."""
+
+    is_sliding = True
+
+    def __init__(self, cache: BoundedCache):
+        super().__init__()
+        self.cache = cache
+        self.cumulative_length = 0
+        self.sink_keys: torch.Tensor | None = None  # un-shifted sink keys (RoPE only), re-rotated each step
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        policy = self.cache.policy
+        batch, heads, _, key_dim = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(batch, heads, policy.slots, key_dim)
+        self.values = value_states.new_zeros(batch, heads, policy.slots, value_states.shape[-1])
+        if policy.num_sinks and self.cache.rotary is not None:
+            self.sink_keys = key_states.new_zeros(batch, heads, policy.num_sinks, key_dim)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        plan = self.cache.plan_for(self.cumulative_length, key_states.shape[-2])
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        sinks = self.cache.policy.num_sinks
+        if plan.sink_fill is not None:
+            self._fill_sinks(plan, key_states, value_states)
+        if plan.decode:
+            slot = sinks + plan.ring_slot
+            self.keys[:, :, slot] = key_states[:, :, 0]
+            self.values[:, :, slot] = value_states[:, :, 0]
+            if plan.sink_cos is not None:
+                self.keys[:, :, :sinks] = self.cache.rotary.apply(self.sink_keys, plan.sink_cos, plan.sink_sin)
+            keys, values = self.keys, self.values
+        else:
+            keys, values = self._gather_for_prefill(plan, key_states, value_states)
+            target = sinks + plan.ring_target
+            self.keys.index_copy_(2, target, key_states.index_select(2, plan.ring_source))
+            self.values.index_copy_(2, target, value_states.index_select(2, plan.ring_source))
+        self.cumulative_length += plan.num_new
+        return keys, values
+
+    def _fill_sinks(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Copy each row's first real tokens into its sink slots (per row: left pads differ by row)."""
+        sinks = self.cache.policy.num_sinks
+        fill = plan.sink_fill[:, None, :, None]
+        for states, target in (
+            (key_states, self.sink_keys if self.sink_keys is not None else self.keys[:, :, :sinks]),
+            (value_states, self.values[:, :, :sinks]),
+        ):
+            index = plan.sink_source[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[-1])
+            target.copy_(torch.where(fill, states.gather(2, index), target))
+
+    def _gather_for_prefill(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        """Multi-token forward: [sink copies | kept past, oldest first | new tokens] (the plan's key order)."""
+        sinks = self.cache.policy.num_sinks
+        past = sinks + plan.past_slots
+        key_parts = [self.keys.index_select(2, past), key_states]
+        value_parts = [self.values.index_select(2, past), value_states]
+        if sinks:
+            sink_values = self.values[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1)
+            if plan.sink_cos is not None:
+                sink_keys = self.sink_keys.repeat(1, 1, plan.sink_copies, 1)
+                sink_keys = self.cache.rotary.apply(sink_keys, plan.sink_cos, plan.sink_sin)
+            else:
+                sink_keys = self.keys[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1)
+            key_parts.insert(0, sink_keys)
+            value_parts.insert(0, sink_values)
+        return torch.cat(key_parts, dim=-2), torch.cat(value_parts, dim=-2)
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        # Masks for this cache are built by `cachelimit` before the forward (slots are not in column order).
+        return self.cache.policy.slots, 0
+
+    def get_seq_length(self) -> int:
+        """Columns seen so far (pads included), as `generate` expects when it resumes from a cache."""
+        return self.cumulative_length
+
+    def get_max_length(self) -> int:
+        return self.cache.policy.slots
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "sink_keys"):
+                if (tensor := getattr(self, name)) is not None:
+                    setattr(self, name, tensor.index_select(0, indices.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "sink_keys"):
+                if (tensor := getattr(self, name)) is not None:
+                    setattr(self, name, tensor.repeat_interleave(repeats, dim=0))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("A bounded cache forgets evicted tokens: it cannot be cropped or rolled back.")
+
+    def reset(self) -> None:
+        super().reset()
+        self.cumulative_length = 0
+        if self.sink_keys is not None:
+            self.sink_keys.zero_()
+
+
+class BoundedCache(Cache):
+    """A cache that keeps at most `limit` positions per layer and row (optionally `num_sink_tokens` of them
+    pinned to each row's first real tokens). Drive it through `generate(..., cache_limit=...)` on a model
+    patched with `cachelimit.patch`; every forward must be announced with `begin_step`.
+
+    `rotary` (RoPE models with sinks) moves sink keys to their StreamingLLM positions; see `utils.rotary`.
+    """
+
+    def __init__(
+        self,
+        limit: int,
+        num_sink_tokens: int = 0,
+        *,
+        window_prefill: bool = False,
+        native_window: int | None = None,
+        rotary=None,
+    ):
+        self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill, native_window)
+        self.rotary = rotary if num_sink_tokens else None
+        self.state: RowState | None = None
+        self.plan: StepPlan | None = None
+        super().__init__(layer_class_to_replicate=partial(BoundedLayer, self))
+
+    def set_window_prefill(self, window_prefill: bool) -> None:
+        """Choose how the next multi-token forwards read the past (chunked prefill: windowed)."""
+        policy = self.policy
+        self.policy = WindowPolicy(policy.limit, policy.num_sinks, window_prefill, policy.native_window)
+
+    def begin_step(self, new_real: torch.Tensor) -> StepPlan:
+        """Plan the next forward over `new_real.shape[1]` tokens (bool, False for pads) for every layer."""
+        if self.state is None:
+            self.state = RowState.empty(new_real.shape[0], self.policy, new_real.device)
+        elif self.state.num_real.shape[0] != new_real.shape[0]:
+            raise ValueError(
+                f"The cache holds {self.state.num_real.shape[0]} rows but the inputs have {new_real.shape[0]}."
+            )
+        self.plan = plan_step(self.state, self.policy, new_real.bool(), self.rotary)
+        return self.plan
+
+    def plan_for(self, layer_length: int, num_new: int) -> StepPlan:
+        plan = self.plan
+        if plan is None or plan.start != layer_length or plan.num_new != num_new:
+            raise RuntimeError(
+                "BoundedCache was used in a forward that was not announced with `begin_step`; run it through "
+                "`model.generate(..., cache_limit=...)` on a model patched with `cachelimit.patch()`."
+            )
+        return plan
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        if self.state is not None:
+            self.state.select_rows(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        if self.state is not None:
+            self.state.select_rows(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        if self.state is not None:
+            rows = torch.arange(self.state.num_real.shape[0], device=self.state.num_real.device)
+            self.state.select_rows(rows.repeat_interleave(repeats))
+
+    def reset(self) -> None:
+        super().reset()
+        self.state = self.plan = None
+
+    def kept_lengths(self) -> torch.Tensor:
+        """Real positions each row keeps for the next token (sinks + recent window), at most `limit`."""
+        if self.state is None:
+            return torch.zeros(0, dtype=torch.long)
+        state, policy = self.state, self.policy
+        ring = policy.ring_size
+        newest = state.cursor - 1
+        slot_column = newest - (newest - torch.arange(ring, device=state.ring_real.device)) % ring
+        window_start = state.cursor - policy.recent
+        in_window = state.ring_real & (slot_column >= window_start) & (slot_column >= 0)
+        sinks = ((state.sink_column >= 0) & (state.sink_column < window_start)).sum(1)
+        return in_window.sum(1) + sinks
+
+    def kv_bytes(self) -> int:
+        """Bytes of key/value storage held by all layers (the sink copies of RoPE models included)."""
+        total = 0
+        for layer in self.layers:
+            for tensor in (layer.keys, layer.values, getattr(layer, "sink_keys", None)):
+                if tensor is not None:
+                    total += tensor.numel() * tensor.element_size()
+        return total

@@ -1,0 +1,27 @@
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+version = re.search(r'__version__ = "([^"]+)"', Path("cachelimit/__init__.py").read_text()).group(1)
+
+setup(
+    name="cachelimit",
+    version=version,
+    description="Bound the KV cache of Hugging Face transformers generation: sliding windows and attention sinks.",
+    long_description=Path("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["cachelimit", "cachelimit.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        # Install torch==2.13.0 first (see README): a bare `torch` requirement can pull a multi-GB CUDA build.
+        "torch>=2.4",
+        # The range cachelimit is tested on; it builds on transformers' 5.x Cache layers and masking_utils.
+        "transformers>=5.23.0,<5.24",
+    ],
+    extras_require={
+        "cli": ["matplotlib>=3.7", "tqdm>=4.60"],
+        "test": ["pytest>=7", "parameterized>=0.9", "hypothesis>=6.80", "ruff>=0.6", "matplotlib>=3.7", "tqdm>=4.60"],
+    },
+    entry_points={"console_scripts": ["cachelimit=cachelimit.cli:main"]},
+)
