@@ -26,11 +26,12 @@ class Family:
     extra_methods: dict[str, Callable] = field(default_factory=dict)
 
     def methods(self) -> dict[str, Callable]:
-        from .generate import generate
+        from .generate import generate, set_cache_implementation
 
         return {
             "prepare_inputs_for_generation": self.prepare_inputs_for_generation,
             "generate": generate,
+            "set_cache_implementation": set_cache_implementation,
             **self.extra_methods,
         }
 

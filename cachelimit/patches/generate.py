@@ -7,6 +7,7 @@ itself is transformers' own `generate` with a `BoundedCache` as `past_key_values
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from transformers import GenerationConfig
@@ -23,6 +24,8 @@ _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exi
 def _resolved_config(model, generation_config, kwargs) -> GenerationConfig:
     """The generation config `generate` will use (model defaults, then the given config, then kwargs)."""
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    # Like transformers: a passed config is completed by the model's own defaults, then the kwargs win.
+    config.update(**model.generation_config.to_dict(), defaults_only=True)
     config.update(**{key: value for key, value in kwargs.items() if hasattr(config, key)})
     return config
 
@@ -122,8 +125,11 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
     )
 
 
-def set_cache_implementation(self, name: str, **kwargs) -> None:
-    """Choose the cache `generate` builds for this model instance (see `cachelimit.registry`)."""
+def set_cache_implementation(self, name: str, **kwargs: Any) -> None:
+    """Choose the cache every later `generate` of this model instance uses: a name of
+    `cachelimit.CACHE_IMPLEMENTATIONS` ("dynamic", "static", "offloaded", "quantized", "window", "sink" or a
+    registered one) and its keyword arguments, checked now. "dynamic" restores the default (see `cachelimit.registry`).
+    """
     from ..registry import set_cache_implementation as set_for_model
 
     set_for_model(self, name, **kwargs)

@@ -1,0 +1,296 @@
+"""One API for every cache kind: `model.set_cache_implementation(name, **kwargs)`, then plain `generate()`.
+
+The registry is a plain dict, `CACHE_IMPLEMENTATIONS`, from a name to a *factory*:
+
+    factory(model_config, generation_config, **kwargs) -> Cache | GenerateArguments
+
+called once per `generate` call (so every call gets a fresh cache) with the model's config, the generation config
+of that call (the model's defaults updated by the call's `generation_config` and keyword arguments) and the keyword
+arguments given to `set_cache_implementation`. A factory returns either a transformers `Cache` (used as that call's
+`past_key_values`; a `Cache` subclass taking these arguments works as a factory too) or `GenerateArguments`: what
+to add to the `generate` call instead. The built-in names return `GenerateArguments`, so that "window"/"sink" run
+through the validated bounded machinery (`cache_limit`, `num_sink_tokens`) and the transformers names are built by
+transformers itself, sized for each call's batch, beams and length exactly as natively.
+
+Keyword arguments are checked against the factory's signature when the implementation is set, not when it is
+used, so a typo fails at the line that made it.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import GenerationConfig, PretrainedConfig
+from transformers.cache_utils import Cache
+from transformers.utils import is_hqq_available, is_optimum_quanto_available
+
+from .patches.applier import family_of
+from .patches.generate import _resolved_config, effective_limit
+from .utils.validation import check_int
+
+
+@dataclass(frozen=True)
+class GenerateArguments:
+    """What a cache implementation adds to a `generate` call when it does not hand over a cache object.
+
+    `cache_limit`/`num_sink_tokens` turn the call into a bounded run (validated like explicit arguments);
+    `generation` holds generation-config fields (such as transformers' own `cache_implementation`);
+    `needs_cuda` marks transformers' offloading, which synchronises CUDA streams and fails mid-forward elsewhere.
+    """
+
+    cache_limit: int | None = None
+    num_sink_tokens: int | None = None
+    generation: Mapping[str, Any] = field(default_factory=dict)
+    needs_cuda: bool = False
+
+
+CacheFactory = Callable[..., "Cache | GenerateArguments"]
+
+
+def dynamic(model_config: PretrainedConfig, generation_config: GenerationConfig) -> GenerateArguments:
+    """transformers' default `DynamicCache`; setting it removes any earlier setting."""
+    return GenerateArguments()
+
+
+def static(
+    model_config: PretrainedConfig, generation_config: GenerationConfig, *, max_cache_len: int | None = None
+) -> GenerateArguments:
+    """transformers' `StaticCache`, sized per call (or at least `max_cache_len`, to reuse one compiled shape)."""
+    generation: dict[str, Any] = {"cache_implementation": "static"}
+    if max_cache_len is not None:
+        generation["max_cache_len"] = check_int("max_cache_len", max_cache_len, 1)
+    return GenerateArguments(generation=generation)
+
+
+def offloaded(model_config: PretrainedConfig, generation_config: GenerationConfig) -> GenerateArguments:
+    """transformers' offloaded `DynamicCache` (layers wait on the CPU while others run): a CUDA model only."""
+    return GenerateArguments(generation={"cache_implementation": "offloaded"}, needs_cuda=True)
+
+
+_QUANTIZATION_PACKAGES = {"quanto": ("optimum-quanto", is_optimum_quanto_available), "hqq": ("hqq", is_hqq_available)}
+
+
+def quantized(
+    model_config: PretrainedConfig,
+    generation_config: GenerationConfig,
+    *,
+    backend: str = "quanto",
+    nbits: int | None = None,
+    axis_key: int | None = None,
+    axis_value: int | None = None,
+    q_group_size: int | None = None,
+    residual_length: int | None = None,
+) -> GenerateArguments:
+    """transformers' `QuantizedCache` (backends "quanto", "hqq", "fp8"; unset options keep transformers' defaults).
+
+    The backend's package is an optional dependency: it is looked for here, so a missing one is an `ImportError`
+    naming it when the implementation is set, not in the middle of the first `generate`.
+    """
+    if backend not in ("quanto", "hqq", "fp8"):
+        raise ValueError(f"`backend` of the 'quantized' cache must be one of 'quanto', 'hqq', 'fp8', got {backend!r}.")
+    if backend in _QUANTIZATION_PACKAGES:
+        package, available = _QUANTIZATION_PACKAGES[backend]
+        if not available():
+            raise ImportError(
+                f"The 'quantized' cache with backend={backend!r} needs the `{package}` package: "
+                f"`pip install {package}` (or use backend='fp8', which needs nothing more)."
+            )
+    options = {"nbits": nbits, "axis_key": axis_key, "axis_value": axis_value}
+    options.update(q_group_size=q_group_size, residual_length=residual_length)
+    options = {name: value for name, value in options.items() if value is not None}
+    if backend == "fp8" and options:
+        raise ValueError(f"backend='fp8' quantizes per tensor and takes no group-wise options, got {sorted(options)}.")
+    return GenerateArguments(
+        generation={"cache_implementation": "quantized", "cache_config": {"backend": backend, **options}}
+    )
+
+
+def window(
+    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int
+) -> GenerateArguments:
+    """A sliding window of `window_length` tokens *counting the new one*: `cache_limit = window_length - 1`.
+
+    The convention is the one of transformers' `sliding_window` (Mistral's `sliding_window=W` and this window
+    give the same tokens) and of the former `SinkCache`.
+    """
+    check_int("window_length", window_length, 2)
+    return GenerateArguments(cache_limit=window_length - 1)
+
+
+def sink(
+    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int, num_sink_tokens: int
+) -> GenerateArguments:
+    """StreamingLLM: transformers' former `SinkCache(window_length, num_sink_tokens)`, one to one.
+
+    `window_length` counts the new token (`cache_limit = window_length - 1`), of which `num_sink_tokens` are each
+    row's first real tokens; at least one recent position must remain besides the sinks.
+    """
+    check_int("window_length", window_length, 2)
+    check_int("num_sink_tokens", num_sink_tokens, 0, window_length - 2)
+    return GenerateArguments(cache_limit=window_length - 1, num_sink_tokens=num_sink_tokens)
+
+
+CACHE_IMPLEMENTATIONS: dict[str, CacheFactory] = {
+    "dynamic": dynamic,
+    "static": static,
+    "offloaded": offloaded,
+    "quantized": quantized,
+    "window": window,
+    "sink": sink,
+}
+
+#: Built-in factories are pure and cheap: they run once at set time to check values, not only names.
+_BUILT_IN = frozenset(CACHE_IMPLEMENTATIONS.values())
+
+
+def register_cache_implementation(name: str, factory: CacheFactory) -> CacheFactory:
+    """Add (or replace) `name` in `CACHE_IMPLEMENTATIONS`; returns `factory`.
+
+    `factory(model_config, generation_config, **kwargs)` must return a `Cache` or `GenerateArguments`; its keyword
+    parameters are the ones `set_cache_implementation(name, ...)` accepts.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"`name` must be a non-empty str, got {name!r}.")
+    if not callable(factory):
+        raise TypeError(f"`factory` for {name!r} must be callable (model_config, generation_config, **kwargs).")
+    try:
+        inspect.signature(factory).bind_partial(None, None)
+    except TypeError:
+        raise TypeError(
+            f"`factory` for {name!r} is called as factory(model_config, generation_config, **kwargs), but it does "
+            "not take two positional arguments."
+        ) from None
+    except ValueError:  # no signature to read (some builtins): checked when called
+        pass
+    CACHE_IMPLEMENTATIONS[name] = factory
+    return factory
+
+
+def _factory_for(name: str) -> CacheFactory:
+    """The registered factory; an unknown name is an error (never a silent dynamic cache) with the nearest name."""
+    if name in CACHE_IMPLEMENTATIONS:
+        return CACHE_IMPLEMENTATIONS[name]
+    names = sorted(CACHE_IMPLEMENTATIONS)
+    close = difflib.get_close_matches(str(name), names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"Unknown cache implementation {name!r}; valid names: {names}.{hint}")
+
+
+def _check_arguments(name: str, factory: CacheFactory, kwargs: dict[str, Any]) -> None:
+    """Bind the keyword arguments to the factory's signature now, so a missing or unexpected one fails early."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # some builtins have no signature: they are checked when called
+        return
+    try:
+        signature.bind(None, None, **kwargs)
+    except TypeError as error:
+        parameters = list(signature.parameters.values())[2:]
+        accepted = [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        raise TypeError(
+            f"set_cache_implementation({name!r}): {error}; {name!r} takes keyword arguments {accepted}."
+        ) from None
+
+
+def _with_generation(generation_config, kwargs: dict[str, Any], fields: Mapping[str, Any]):
+    """Add generation-config fields the way the caller passed the others (transformers warns on a mix)."""
+    if generation_config is None:
+        return None, {**kwargs, **fields}
+    generation_config = copy.deepcopy(generation_config)
+    generation_config.update(**fields)
+    return generation_config, kwargs
+
+
+def _describe(name: str, kwargs: Mapping[str, Any]) -> str:
+    arguments = "".join(f", {key}={value!r}" for key, value in kwargs.items())
+    return f"set_cache_implementation({name!r}{arguments})"
+
+
+@dataclass(frozen=True)
+class CacheSetting:
+    """A model instance's chosen cache implementation; `generate` calls `apply` before every run."""
+
+    name: str
+    factory: CacheFactory
+    kwargs: Mapping[str, Any]
+    #: what a built-in factory returned at set time (pure, so reused); None for custom factories (called per run)
+    fixed: GenerateArguments | None = None
+
+    def _ignored(self, reason: str) -> None:
+        warnings.warn(
+            f"{reason}, so the model's {_describe(self.name, self.kwargs)} is ignored for this call.",
+            UserWarning,
+            stacklevel=4,
+        )
+
+    def apply(self, model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs):
+        """Return `generate`'s (inputs, generation_config, cache_limit, num_sink_tokens, kwargs) for this run.
+
+        Anything the call says explicitly about its cache wins over the model-level setting (with a warning when
+        they disagree): a call is never silently run with a cache other than the one it asked for.
+        """
+        unchanged = (inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
+        if kwargs.get("past_key_values") is not None:
+            self._ignored("`past_key_values` was passed to generate and that cache is used")
+            return unchanged
+        fixed = self.fixed or GenerateArguments()
+        if cache_limit is not None or num_sink_tokens is not None:
+            if (cache_limit, num_sink_tokens or 0) != (fixed.cache_limit, fixed.num_sink_tokens or 0):
+                self._ignored(f"generate got cache_limit={cache_limit}, num_sink_tokens={num_sink_tokens}")
+            return unchanged
+        config = _resolved_config(model, generation_config, kwargs)
+        if config.cache_implementation is not None:
+            if config.cache_implementation != fixed.generation.get("cache_implementation"):
+                self._ignored(f"the generation config asks for cache_implementation={config.cache_implementation!r}")
+            return unchanged
+        built = self.fixed if self.fixed is not None else self.factory(model.config, config, **self.kwargs)
+        if isinstance(built, Cache):
+            return inputs, generation_config, None, None, {**kwargs, "past_key_values": built}
+        if not isinstance(built, GenerateArguments):
+            raise TypeError(
+                f"The factory of cache implementation {self.name!r} returned {type(built).__name__}; it must "
+                "return a transformers Cache or cachelimit.GenerateArguments."
+            )
+        if built.needs_cuda and model.device.type != "cuda":
+            raise ValueError(
+                f"Cache implementation {self.name!r} offloads layers from a CUDA device to the CPU (transformers "
+                f"synchronises CUDA streams for it), but the model is on {model.device.type!r}: move it to CUDA."
+            )
+        if built.generation:
+            generation_config, kwargs = _with_generation(generation_config, kwargs, built.generation)
+        return inputs, generation_config, built.cache_limit, built.num_sink_tokens, kwargs
+
+
+def _check_bounded(model, name: str, arguments: GenerateArguments) -> None:
+    """A sink count must leave room in the *effective* window (a native `sliding_window` can be smaller)."""
+    if arguments.cache_limit is None or not arguments.num_sink_tokens:
+        return
+    effective = effective_limit(model, arguments.cache_limit)
+    if arguments.num_sink_tokens >= effective:
+        raise ValueError(
+            f"set_cache_implementation({name!r}): `num_sink_tokens` must be an int in [0, {effective - 1}] for this "
+            f"model (its sliding_window={model.config.sliding_window} keeps at most {effective} past positions), "
+            f"got {arguments.num_sink_tokens}."
+        )
+
+
+def set_cache_implementation(model, name: str, **kwargs: Any) -> None:
+    """Choose the cache every later `generate` of this model instance uses (other instances are unaffected).
+
+    Calling it again replaces the setting; "dynamic" restores transformers' default. Unknown names, missing or
+    unexpected keyword arguments and (for the built-in names) bad values raise here, leaving the setting as it was.
+    """
+    family_of(model)  # a model whose class is not patched would silently ignore the setting
+    factory = _factory_for(name)
+    _check_arguments(name, factory, kwargs)
+    fixed = None
+    if factory in _BUILT_IN:
+        fixed = factory(model.config, model.generation_config, **kwargs)
+        _check_bounded(model, name, fixed)
+    model._cachelimit_setting = None if factory is dynamic else CacheSetting(name, factory, dict(kwargs), fixed)
