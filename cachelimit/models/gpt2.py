@@ -5,8 +5,6 @@ Sinks keep the positions they were written with (there is no rotation to adjust)
 
 from __future__ import annotations
 
-from transformers import GPT2LMHeadModel
-
 from ..patches import Family, register_family
 from ..utils.generation import make_prepare_inputs
 
@@ -28,7 +26,7 @@ prepare_inputs_for_generation = make_prepare_inputs("gpt2")
 FAMILY = register_family(
     Family(
         name="gpt2",
-        model_classes=(GPT2LMHeadModel,),
+        class_names=("GPT2LMHeadModel",),
         prepare_inputs_for_generation=prepare_inputs_for_generation,
         check_generation=check_generation,
     )

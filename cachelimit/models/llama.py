@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from transformers import LlamaForCausalLM
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
 from ..patches import Family, register_family
 from ..utils.generation import make_prepare_inputs
 from ..utils.rotary import RotaryShift
+
+
+def rotary_shift(model) -> RotaryShift:
+    """Sink re-rotation with this model's own rotary module and RoPE function."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    return RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype)
+
 
 prepare_inputs_for_generation = make_prepare_inputs("llama")
 
 FAMILY = register_family(
     Family(
         name="llama",
-        model_classes=(LlamaForCausalLM,),
+        class_names=("LlamaForCausalLM",),
         prepare_inputs_for_generation=prepare_inputs_for_generation,
-        rotary=lambda model: RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype),
+        rotary=rotary_shift,
     )
 )

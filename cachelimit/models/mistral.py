@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from transformers import MistralForCausalLM
-from transformers.models.mistral.modeling_mistral import apply_rotary_pos_emb
-
 from ..patches import Family, register_family
 from ..utils.generation import make_prepare_inputs
 from ..utils.rotary import RotaryShift
+
+
+def rotary_shift(model) -> RotaryShift:
+    """Sink re-rotation with this model's own rotary module and RoPE function."""
+    from transformers.models.mistral.modeling_mistral import apply_rotary_pos_emb
+
+    return RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype)
+
 
 prepare_inputs_for_generation = make_prepare_inputs("mistral")
 
 FAMILY = register_family(
     Family(
         name="mistral",
-        model_classes=(MistralForCausalLM,),
+        class_names=("MistralForCausalLM",),
         prepare_inputs_for_generation=prepare_inputs_for_generation,
-        rotary=lambda model: RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype),
+        rotary=rotary_shift,
     )
 )

@@ -17,13 +17,21 @@ class Family:
     """What cachelimit needs to know about one model family."""
 
     name: str
-    model_classes: tuple[type, ...]
+    #: names of the model classes in `transformers`, imported on first use: loading three modeling modules
+    #: up front would make `import cachelimit` (and every CLI `--help`) seconds slower
+    class_names: tuple[str, ...]
     prepare_inputs_for_generation: Callable
     #: model -> something with `cos_sin`/`apply` (see utils.rotary) for RoPE models; None for learned positions
     rotary: Callable | None = None
     #: (model, longest row in real tokens, max new tokens) -> raise before generating if the run cannot fit
     check_generation: Callable | None = None
     extra_methods: dict[str, Callable] = field(default_factory=dict)
+
+    @property
+    def model_classes(self) -> tuple[type, ...]:
+        import transformers
+
+        return tuple(getattr(transformers, name) for name in self.class_names)
 
     def methods(self) -> dict[str, Callable]:
         from .generate import generate, set_cache_implementation

@@ -1,0 +1,7 @@
+"""`python -m cachelimit`: the same command line as the `cachelimit` console script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

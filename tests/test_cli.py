@@ -1,0 +1,261 @@
+"""The command line, driven as users drive it: `python -m cachelimit ...` in a subprocess (see cli_helpers).
+
+Argument checks that stop before any model work also run in-process (`main` returns the exit status), which
+keeps the many bad-flag cases fast; representative ones run as processes too.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import types
+import unittest
+from pathlib import Path
+
+from parameterized import parameterized
+
+from cachelimit import cli
+from cachelimit.tiny_model import build_tiny_model, build_tokenizer
+
+from .cli_helpers import (
+    STATUS_BYTES,
+    FailureMixin,
+    bounded_bytes,
+    prompt_length,
+    run_cli,
+    run_cli_concurrently,
+    run_in_process,
+    unbounded_bytes,
+)
+
+HELP = [
+    ("top", [], ["generate", "demo", "bench"]),
+    ("generate", ["generate"], ["MODEL", "--prompt", "--max-new-tokens", "--cache-limit", "--sinks",
+                                "--prefill-chunk-size", "--dtype", "--seed", "--sample", "--greedy",
+                                "gpt2, llama, mistral"]),
+    ("demo", ["demo"], ["--tokens", "--cache-limit", "--sinks", "--out"]),
+    ("bench", ["bench"], ["usage: cachelimit bench", "--quick", "--out"]),
+]  # fmt: skip
+
+
+class TestHelp(unittest.TestCase):
+    """`--help` of the program and of `bench` (another module's parser) as processes; the rest in-process."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.results = run_cli_concurrently({name: [*command, "--help"] for name, command, _ in HELP[::3]})
+
+    @parameterized.expand(HELP)
+    def test_help(self, name, command, expected):
+        result = self.results[name] if name in self.results else run_in_process([*command, "--help"])
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(result.stderr, "")
+        self.assertIn("usage:", result.stdout)
+        for fragment in expected:
+            self.assertIn(fragment, result.stdout)
+
+
+BAD_FLAGS = [
+    ("limit_zero", ["generate", "--cache-limit", "0"], "argument --cache-limit: must be an int >= 1, got 0"),
+    ("limit_negative", ["generate", "--cache-limit", "-3"], "argument --cache-limit: must be an int >= 1, got -3"),
+    ("limit_text", ["generate", "--cache-limit", "abc"], "argument --cache-limit: must be an int >= 1, got 'abc'"),
+    ("sinks_at_limit", ["generate", "--cache-limit", "4", "--sinks", "4"], "--sinks: must be an int in [0, 3]"),
+    ("sinks_negative", ["generate", "--cache-limit", "4", "--sinks", "-1"], "--sinks: must be an int >= 0"),
+    ("sinks_unbounded", ["generate", "--sinks", "2"], "--sinks: needs --cache-limit"),
+    ("dtype", ["generate", "--dtype", "bogus"], "argument --dtype: invalid choice: 'bogus'"),
+    ("new_tokens", ["generate", "--max-new-tokens", "0"], "argument --max-new-tokens: must be an int >= 1"),
+    ("chunk", ["generate", "--prefill-chunk-size", "x"], "argument --prefill-chunk-size: must be an int >= 1"),
+    ("empty_prompt", ["generate", "--prompt", ""], "argument --prompt: must not be empty"),
+    ("sample_and_greedy", ["generate", "--sample", "--greedy"], "not allowed with argument"),
+    ("demo_tokens", ["demo", "--tokens", "0"], "argument --tokens: must be an int >= 1"),
+    ("demo_sinks", ["demo", "--cache-limit", "8", "--sinks", "9"], "--sinks: must be an int in [0, 7]"),
+    ("no_command", [], "required: COMMAND"),
+    ("unknown_command", ["serve"], "invalid choice: 'serve'"),
+]
+
+
+class TestBadFlags(FailureMixin, unittest.TestCase):
+    @parameterized.expand(BAD_FLAGS)
+    def test_in_process(self, _, argv, fragment):
+        result = run_in_process(argv)
+        line = self.assert_one_line_failure(result, 2, fragment)
+        self.assertEqual(result.stdout, "")
+        self.assertRegex(line, r"^cachelimit( generate| demo)?: error: ")
+
+    def test_as_process(self):
+        _, argv, fragment = BAD_FLAGS[2]
+        result = run_cli(*argv)
+        self.assert_one_line_failure(result, 2, fragment)
+        self.assertEqual(result.stdout, "")
+
+
+class TestLoadFailures(FailureMixin, unittest.TestCase):
+    """Models that cannot be used: one line naming the model, exit status 1 (2 for a run cachelimit refuses)."""
+
+    HUB_NAME = "cachelimit-test-org/no-such-model"
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+
+        cls.tmp = tempfile.TemporaryDirectory()
+        root = Path(cls.tmp.name)
+        tokenizer = build_tokenizer()
+        torch.manual_seed(0)
+        for name, model in [
+            ("opt", OPTForCausalLM(OPTConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
+                                             ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))),
+            ("gpt2", GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2,
+                                                n_positions=32))),
+        ]:  # fmt: skip
+            model.save_pretrained(root / name)
+            tokenizer.save_pretrained(root / name)
+        (root / "empty").mkdir()
+        cls.root = root
+        cls.results = run_cli_concurrently(
+            {
+                "opt": ["generate", str(root / "opt"), "--max-new-tokens", "2"],
+                "hub": ["generate", cls.HUB_NAME, "--max-new-tokens", "2"],
+                "gpt2": ["generate", str(root / "gpt2"), "--prompt", "hi", "--max-new-tokens", "40"],
+                "gpt2_bounded": [
+                    "generate",
+                    str(root / "gpt2"),
+                    "--prompt",
+                    "hi",
+                    "--max-new-tokens",
+                    "40",
+                    "--cache-limit",
+                    "8",
+                ],
+            }
+        )
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_unknown_local_path(self):
+        result = run_in_process(["generate", str(self.root / "no" / "such" / "model")])
+        self.assert_one_line_failure(result, 1, "could not load", "no such directory")
+
+    def test_directory_without_model(self):
+        result = run_in_process(["generate", str(self.root / "empty")])
+        self.assert_one_line_failure(result, 1, "could not load", "no config.json")
+
+    def test_file_instead_of_directory(self):
+        result = run_in_process(["generate", str(self.root / "gpt2" / "config.json")])
+        self.assert_one_line_failure(result, 1, "could not load", "it is a file")
+
+    def test_unsupported_family(self):
+        self.assert_one_line_failure(
+            self.results["opt"], 1, "model_type 'opt'", "supported families: gpt2, llama, mistral"
+        )
+
+    def test_hub_name_offline(self):
+        expected = f"could not load {self.HUB_NAME!r}: not a local path and it could not be downloaded (offline?)"
+        self.assert_one_line_failure(self.results["hub"], 1, expected)
+
+    def test_run_longer_than_learned_positions(self):
+        """An unbounded GPT-2 run past n_positions=32 would fail mid-run in transformers; refused up front."""
+        self.assert_one_line_failure(self.results["gpt2"], 2, "n_positions=32")
+        self.assertEqual(self.results["gpt2"].stdout, "")
+
+    def test_bounded_run_refused_by_cachelimit(self):
+        """cachelimit's own check inside `generate` (before any token): its ValueError, as one line."""
+        self.assert_one_line_failure(self.results["gpt2_bounded"], 2, "cachelimit: error: GPT-2", "n_positions=32")
+        self.assertEqual(self.results["gpt2_bounded"].stdout, "")
+
+
+class TestGenerate(unittest.TestCase):
+    PROMPT = "Hello, cache: ünïcode too"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        model, tokenizer = build_tiny_model()
+        model.save_pretrained(cls.tmp.name)
+        tokenizer.save_pretrained(cls.tmp.name)
+        prompt = ["--prompt", cls.PROMPT]
+        cls.results = run_cli_concurrently(
+            {
+                "sinks": ["generate", *prompt, "--max-new-tokens", "48", "--cache-limit", "16", "--sinks", "3"],
+                "unbounded": ["generate", *prompt, "--max-new-tokens", "30", "--dtype", "bfloat16", "--sample"],
+                "directory": ["generate", cls.tmp.name, *prompt, "--max-new-tokens", "20", "--cache-limit", "8",
+                              "--prefill-chunk-size", "5"],
+            }
+        )  # fmt: skip
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def final_status(self, stderr: str) -> tuple[int, int]:
+        """(tokens, KV bytes) of the last status line (updates are separated by '\\r')."""
+        last = re.split(r"[\r\n]+", stderr.strip())[-1]
+        match = STATUS_BYTES.search(last)
+        self.assertIsNotNone(match, stderr)
+        return int(match.group(1).replace(",", "")), int(match.group(2).replace(",", ""))
+
+    def check_run(self, name: str, new_tokens: int, expected_bytes: int) -> subprocess.CompletedProcess:
+        result = self.results[name]
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertTrue(result.stdout.startswith(self.PROMPT), result.stdout)
+        self.assertEqual(self.final_status(result.stderr), (new_tokens, expected_bytes))
+        self.assertGreater(result.stderr.count("\r"), 0)  # live updates in place
+        return result
+
+    def test_bounded_tiny_model_with_sinks(self):
+        result = self.check_run("sinks", 48, bounded_bytes(16, 3))
+        self.assertIn("random weights: the text is noise", result.stderr.splitlines()[0])
+        # The tiny model emits printable ASCII and newlines only: 48 tokens are 48 characters, then a newline
+        # ends the text unless it already ends with one.
+        text = result.stdout[len(self.PROMPT) : len(self.PROMPT) + 48]
+        self.assertEqual(result.stdout, self.PROMPT + text + ("" if text.endswith("\n") else "\n"))
+        self.assertTrue(all(char == "\n" or " " <= char <= "~" for char in text), repr(text))
+
+    def test_unbounded_tiny_model_bfloat16_sampled(self):
+        # The last forward reads the prompt and all generated tokens but the last one, 2 bytes per number.
+        self.check_run("unbounded", 30, unbounded_bytes(prompt_length(self.PROMPT) + 30 - 1, element_size=2))
+
+    def test_local_model_directory_with_chunked_prefill(self):
+        """A saved model loaded by path (AutoModelForCausalLM + AutoTokenizer); a window without sinks."""
+        result = self.check_run("directory", 20, bounded_bytes(8, 0))
+        self.assertNotIn("random weights", result.stderr)
+
+
+class TestBenchForwarding(unittest.TestCase):
+    """`bench` hands every argument, --help included, to `cachelimit.benchmark.main` and returns its status."""
+
+    def run_with_fake_benchmark(self, argv, behaviour):
+        calls = []
+
+        def main(arguments):
+            calls.append(arguments)
+            return behaviour(arguments)
+
+        fake = types.ModuleType("cachelimit.benchmark")
+        fake.main = main
+        saved = sys.modules.get("cachelimit.benchmark")
+        sys.modules["cachelimit.benchmark"] = fake
+        try:
+            return cli.main(argv), calls
+        finally:
+            if saved is None:
+                del sys.modules["cachelimit.benchmark"]
+            else:
+                sys.modules["cachelimit.benchmark"] = saved
+
+    def test_arguments_and_status_pass_through(self):
+        code, calls = self.run_with_fake_benchmark(["bench", "--quick", "--out", "x", "--help"], lambda _: 3)
+        self.assertEqual(calls, [["--quick", "--out", "x", "--help"]])
+        self.assertEqual(code, 3)
+
+    def test_exit_of_its_parser_keeps_its_status(self):
+        def exits(_):
+            raise SystemExit(2)
+
+        self.assertEqual(self.run_with_fake_benchmark(["bench", "--bogus"], exits)[0], 2)
