@@ -159,7 +159,9 @@ class BoundedCache(Cache):
             self.state = RowState.empty(new_real.shape[0], self.policy, new_real.device)
         elif self.state.num_real.shape[0] != new_real.shape[0]:
             raise ValueError(
-                f"The cache holds {self.state.num_real.shape[0]} rows but the inputs have {new_real.shape[0]}."
+                f"`past_key_values` holds {self.state.num_real.shape[0]} rows but the inputs have "
+                f"{new_real.shape[0]}: continue a returned cache with the same batch (num_beams and "
+                "num_return_sequences multiply the rows; expand the cache with `batch_repeat_interleave`)."
             )
         self.plan = plan_step(self.state, self.policy, new_real.bool(), self.rotary)
         return self.plan

@@ -1,0 +1,126 @@
+"""`patch` / `unpatch`: install on classes, restore exactly what was there, and nothing else."""
+
+from __future__ import annotations
+
+import inspect
+import unittest
+
+import torch
+from transformers import GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM
+
+import cachelimit
+from tests.common import build_tiny_model, left_padded_batch
+
+CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM}
+METHODS = ("generate", "prepare_inputs_for_generation")
+_MISSING = object()
+
+
+def own_methods() -> dict[tuple[str, str], object]:
+    """Each class's own attribute (not an inherited one) for every method cachelimit replaces."""
+    return {(family, name): cls.__dict__.get(name, _MISSING) for family, cls in CLASSES.items() for name in METHODS}
+
+
+class ApplierTest(unittest.TestCase):
+    def setUp(self):
+        cachelimit.unpatch()
+        self.addCleanup(cachelimit.patch)  # the other tests build patched models
+
+    def test_supported_families(self):
+        self.assertEqual(cachelimit.supported_families(), sorted(CLASSES))
+
+    def test_unpatch_restores_the_original_function_objects(self):
+        originals = own_methods()
+        cachelimit.patch()
+        patched = own_methods()
+        for key, original in originals.items():
+            self.assertIsNot(patched[key], original, key)
+        cachelimit.unpatch()
+        for key, restored in own_methods().items():
+            self.assertIs(restored, originals[key], key)
+        # an inherited method stays inherited (no copy left on the class)
+        self.assertNotIn("generate", GPT2LMHeadModel.__dict__)
+
+    def test_patch_twice_and_unpatch_unpatched_are_no_ops(self):
+        originals = own_methods()
+        cachelimit.unpatch("gpt2")
+        self.assertEqual(own_methods(), originals)
+        cachelimit.patch("gpt2")
+        once = own_methods()
+        cachelimit.patch("gpt2", "gpt2")
+        cachelimit.patch("gpt2")
+        self.assertEqual(own_methods(), once)
+        cachelimit.unpatch("gpt2")
+        self.assertEqual(own_methods(), originals)
+
+    def test_patch_one_family_leaves_the_others_alone(self):
+        originals = own_methods()
+        cachelimit.patch("llama")
+        self.assertTrue(cachelimit.is_patched("llama"))
+        self.assertFalse(cachelimit.is_patched("gpt2"))
+        for (family, name), method in own_methods().items():
+            (self.assertIsNot if family == "llama" else self.assertIs)(method, originals[(family, name)])
+
+    def test_patch_without_arguments_patches_every_family(self):
+        cachelimit.patch()
+        self.assertTrue(all(cachelimit.is_patched(name) for name in cachelimit.supported_families()))
+        cachelimit.unpatch()
+        self.assertFalse(any(cachelimit.is_patched(name) for name in cachelimit.supported_families()))
+
+    def test_unknown_family_is_a_value_error_listing_the_supported_ones(self):
+        for call in (cachelimit.patch, cachelimit.unpatch):
+            with self.subTest(call=call.__name__), self.assertRaises(ValueError) as caught:
+                call("gpt3")
+            message = str(caught.exception)
+            self.assertIn("gpt3", message)
+            for name in cachelimit.supported_families():
+                self.assertIn(name, message)
+        self.assertFalse(cachelimit.is_patched("gpt2"))
+
+    def test_existing_instances_see_patch_and_unpatch(self):
+        config = build_tiny_model("gpt2").config
+        cachelimit.unpatch("gpt2")
+        model = GPT2LMHeadModel(config).eval()  # created while unpatched
+        model.generation_config.pad_token_id = 0
+        ids, mask = left_padded_batch([4, 6])
+        options = dict(max_new_tokens=3, cache_limit=2, return_dict_in_generate=True)
+        with self.assertRaisesRegex(ValueError, "cache_limit"):  # transformers rejects the unknown argument
+            model.generate(ids, attention_mask=mask, **options)
+        cachelimit.patch("gpt2")
+        self.assertIsInstance(
+            model.generate(ids, attention_mask=mask, **options).past_key_values, cachelimit.BoundedCache
+        )
+        cachelimit.unpatch("gpt2")
+        with self.assertRaisesRegex(ValueError, "cache_limit"):
+            model.generate(ids, attention_mask=mask, **options)
+
+    def test_subclass_of_a_patched_class(self):
+        class MyGPT2(GPT2LMHeadModel):
+            pass
+
+        parent = build_tiny_model("gpt2")
+        child = MyGPT2(parent.config).eval()
+        child.load_state_dict(parent.state_dict())
+        child.generation_config = parent.generation_config
+        ids, mask = left_padded_batch([7, 3])
+        options = dict(max_new_tokens=6, cache_limit=2, return_dict_in_generate=True, output_logits=True)
+        mine = child.generate(ids, attention_mask=mask, **options)
+        theirs = parent.generate(ids, attention_mask=mask, **options)
+        self.assertIsInstance(mine.past_key_values, cachelimit.BoundedCache)
+        self.assertTrue(torch.equal(mine.sequences, theirs.sequences))
+        for a, b in zip(mine.logits, theirs.logits, strict=True):
+            self.assertTrue(torch.equal(a, b))
+        cachelimit.unpatch("gpt2")
+        with self.assertRaisesRegex(ValueError, "cache_limit"):
+            child.generate(ids, attention_mask=mask, **options)
+
+    def test_cache_limit_is_a_named_parameter_of_prepare_inputs(self):
+        """`generate` checks its kwargs against this signature; `**kwargs` alone would not pass them on."""
+        cachelimit.patch()
+        for family, cls in CLASSES.items():
+            parameters = inspect.signature(cls.prepare_inputs_for_generation).parameters
+            for name in ("cache_limit", "num_sink_tokens"):
+                with self.subTest(family=family, name=name):
+                    self.assertIn(name, parameters)
+                    self.assertIsNot(parameters[name].kind, inspect.Parameter.VAR_KEYWORD)
+                    self.assertIsNone(parameters[name].default)

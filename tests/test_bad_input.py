@@ -1,0 +1,108 @@
+"""Every bad input is a clear ValueError/TypeError naming the argument, raised before any token is generated."""
+
+from __future__ import annotations
+
+import unittest
+
+from parameterized import parameterized
+from transformers import DynamicCache, GenerationConfig, StaticCache
+
+from tests.common import build_tiny_model, left_padded_batch
+
+
+class BadInputTest(unittest.TestCase):
+    def setUp(self):
+        self.model = build_tiny_model("llama")
+        self.ids, self.mask = left_padded_batch([4, 6])
+        self.forwards = self.count_forwards(self.model)
+
+    def count_forwards(self, model) -> list[int]:
+        calls = []
+        handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
+        self.addCleanup(handle.remove)
+        return calls
+
+    def assert_rejected(self, error, fragments, model=None, **kwargs):
+        model = model or self.model
+        kwargs.setdefault("max_new_tokens", 3)
+        with self.assertRaises(error) as caught:
+            model.generate(self.ids, attention_mask=self.mask, **kwargs)
+        self.assertIs(type(caught.exception), error)
+        for fragment in fragments:
+            self.assertIn(fragment, str(caught.exception))
+        self.assertEqual(self.forwards, [], "a forward ran before the error")
+
+    def test_the_forward_counter_sees_a_valid_run(self):
+        """Positive control: the hook behind "no forward ran" does count the forwards of a bounded run."""
+        self.model.generate(self.ids, attention_mask=self.mask, max_new_tokens=3, cache_limit=2)
+        self.assertEqual(len(self.forwards), 3)
+
+    @parameterized.expand(
+        [
+            ("zero", 0, ValueError),
+            ("negative", -3, ValueError),
+            ("float", 2.0, TypeError),
+            ("bool", True, TypeError),
+            ("string", "4", TypeError),
+        ]
+    )
+    def test_cache_limit_must_be_a_positive_int(self, _, value, error):
+        self.assert_rejected(error, ["cache_limit", ">= 1", repr(value)], cache_limit=value)
+
+    @parameterized.expand([("zero", 0, ValueError), ("negative", -1, ValueError), ("float", 2.0, TypeError)])
+    def test_prefill_chunk_size_must_be_a_positive_int(self, _, value, error):
+        self.assert_rejected(error, ["prefill_chunk_size", ">= 1"], cache_limit=3, prefill_chunk_size=value)
+
+    @parameterized.expand([("equal_to_limit", 3, ValueError), ("negative", -1, ValueError), ("float", 1.0, TypeError)])
+    def test_num_sink_tokens_must_be_below_the_limit(self, _, value, error):
+        self.assert_rejected(error, ["num_sink_tokens", "[0, 2]"], cache_limit=3, num_sink_tokens=value)
+
+    def test_num_sink_tokens_below_the_effective_limit_of_a_native_window(self):
+        model = build_tiny_model("mistral", sliding_window=3)  # keeps at most 2 positions
+        self.forwards = self.count_forwards(model)
+        self.assert_rejected(ValueError, ["num_sink_tokens", "[0, 1]"], model, cache_limit=8, num_sink_tokens=2)
+
+    def test_num_sink_tokens_needs_cache_limit(self):
+        self.assert_rejected(ValueError, ["num_sink_tokens", "cache_limit"], num_sink_tokens=2)
+
+    def test_use_cache_false(self):
+        self.assert_rejected(ValueError, ["use_cache"], cache_limit=3, use_cache=False)
+        config = GenerationConfig(use_cache=False, max_new_tokens=3, pad_token_id=0)
+        self.assert_rejected(ValueError, ["use_cache"], cache_limit=3, generation_config=config)
+
+    @parameterized.expand([("static",), ("dynamic",), ("offloaded",)])
+    def test_cache_implementation(self, name):
+        self.assert_rejected(ValueError, ["cache_implementation", name], cache_limit=3, cache_implementation=name)
+
+    def test_static_cache_passed(self):
+        cache = StaticCache(config=self.model.config, max_cache_len=16)
+        self.assert_rejected(ValueError, ["past_key_values", "StaticCache"], cache_limit=3, past_key_values=cache)
+
+    def test_dynamic_cache_passed(self):
+        cache = DynamicCache(config=self.model.config)
+        self.assert_rejected(ValueError, ["past_key_values", "DynamicCache"], cache_limit=3, past_key_values=cache)
+
+    def test_bounded_cache_of_another_limit_passed(self):
+        cache = self.model.generate(
+            self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
+        ).past_key_values
+        self.forwards.clear()
+        self.assert_rejected(ValueError, ["cache_limit=3", "cache_limit=4"], cache_limit=4, past_key_values=cache)
+
+    def test_assisted_decoding_with_an_assistant_model(self):
+        assistant = build_tiny_model("llama", seed=1)
+        assistant_forwards = self.count_forwards(assistant)
+        self.assert_rejected(ValueError, ["assistant_model"], cache_limit=3, assistant_model=assistant)
+        self.assertEqual(assistant_forwards, [])
+
+    def test_assisted_decoding_with_prompt_lookup(self):
+        self.assert_rejected(ValueError, ["prompt_lookup_num_tokens"], cache_limit=3, prompt_lookup_num_tokens=2)
+
+    def test_unsupported_attention_implementation(self):
+        self.model.set_attn_implementation("flex_attention")
+        self.assert_rejected(ValueError, ["attn_implementation", "flex_attention", "eager", "sdpa"], cache_limit=3)
+
+    def test_gpt2_beyond_n_positions(self):
+        model = build_tiny_model("gpt2")
+        self.forwards = self.count_forwards(model)
+        self.assert_rejected(ValueError, ["n_positions", "max_new_tokens"], model, cache_limit=3, max_new_tokens=300)

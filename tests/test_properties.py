@@ -1,0 +1,86 @@
+"""Property tests: random batches, paddings, limits, prompt lengths and chunk sizes, every family.
+
+Each example checks a bounded run against the banded reference (tests.reference) and against its own
+rows run alone, so the fixed grids of the per-family tests are not the only shapes ever exercised.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.common import build_tiny_model, left_padded_batch
+from tests.reference import generated_step_logits
+
+ATOL = 1e-5
+
+
+@cache
+def tiny_model(family: str, attn: str, window: int | None = None):
+    """`window`: Mistral's native sliding_window (None for the other families)."""
+    return build_tiny_model(family, attn, layers=2, **({"sliding_window": window} if window else {}))
+
+
+runs = st.fixed_dictionaries(
+    {
+        "family": st.sampled_from(["gpt2", "llama", "mistral"]),
+        "attn": st.sampled_from(["eager", "sdpa"]),
+        "lengths": st.lists(st.integers(1, 20), min_size=1, max_size=3),
+        "limit": st.integers(1, 12),
+        "chunk": st.none() | st.integers(1, 8),
+        "new": st.integers(1, 6),
+        "seed": st.integers(0, 2**16),
+        "window": st.none() | st.integers(2, 14),  # Mistral only: native sliding_window, the smaller one wins
+    }
+)
+
+
+def model_for(run: dict):
+    return tiny_model(run["family"], run["attn"], run["window"] if run["family"] == "mistral" else None)
+
+
+def bounded_run(run: dict, ids: torch.Tensor, mask: torch.Tensor):
+    return model_for(run).generate(
+        ids,
+        attention_mask=mask,
+        cache_limit=run["limit"],
+        prefill_chunk_size=run["chunk"],
+        max_new_tokens=run["new"],
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(run=runs)
+def test_bounded_generation_equals_banded_reference(run):
+    model = model_for(run)
+    ids, mask = left_padded_batch(run["lengths"], seed=run["seed"])
+    output = bounded_run(run, ids, mask)
+    window = model.config.sliding_window if run["family"] == "mistral" else None
+    limit = run["limit"] if window is None else min(run["limit"], window - 1)
+    expected = generated_step_logits(model, output.sequences, mask, limit, window_prefill=run["chunk"] is not None)
+    torch.testing.assert_close(torch.stack(output.logits, 1), expected, atol=ATOL, rtol=0)
+    # after the run the cache holds the last min(real tokens seen, L) positions of every row (the newest
+    # generated token is not in it yet: it would be written by the next forward)
+    seen = torch.tensor(run["lengths"]) + run["new"] - 1
+    kept = output.past_key_values.kept_lengths()
+    assert torch.equal(kept, seen.clamp(max=limit)), (kept, seen, limit)
+    assert all(layer.keys.shape[-2] == limit + 1 for layer in output.past_key_values.layers)
+
+
+@settings(max_examples=60, deadline=None)
+@given(run=runs)
+def test_left_padded_rows_equal_their_solo_runs(run):
+    ids, mask = left_padded_batch(run["lengths"], seed=run["seed"])
+    batch = bounded_run(run, ids, mask)
+    logits = torch.stack(batch.logits, 1)
+    for row, length in enumerate(run["lengths"]):
+        solo_ids = ids[row : row + 1, ids.shape[1] - length :]
+        solo = bounded_run(run, solo_ids, torch.ones_like(solo_ids))
+        assert torch.equal(batch.sequences[row, ids.shape[1] - length :], solo.sequences[0])
+        torch.testing.assert_close(logits[row], torch.stack(solo.logits, 1)[0], atol=ATOL, rtol=0)
