@@ -85,9 +85,9 @@ class StreamingReference:
     """StreamingLLM for one unpadded row of a RoPE model (llama, mistral); see the module docstring."""
 
     def __init__(self, model, limit: int, num_sinks: int, cache_relative: bool = True):
+        # Raw keys are rotated with the model's own rotary module, attention factor (YaRN) included, as the
+        # model's attention does to every key it caches.
         rotary = model.model.rotary_emb
-        if float(getattr(rotary, "attention_scaling", 1.0)) != 1.0:
-            raise ValueError("The reference rotates raw keys and expects plain RoPE (attention_scaling == 1).")
         self.model = model
         self.cache_relative = cache_relative  # False: keys keep absolute positions (only to prove the tests can fail)
         self.limit, self.num_sinks = limit, num_sinks

@@ -106,3 +106,16 @@ class BadInputTest(unittest.TestCase):
         model = build_tiny_model("gpt2")
         self.forwards = self.count_forwards(model)
         self.assert_rejected(ValueError, ["n_positions", "max_new_tokens"], model, cache_limit=3, max_new_tokens=300)
+
+    @parameterized.expand([("dynamic", {"rope_type": "dynamic", "factor": 2.0}), ("yarn_is_fine", None)])
+    def test_sinks_refused_with_length_dependent_rope(self, rope_type, rope_parameters):
+        """Sink keys are moved by composing rotations, which only works when RoPE frequencies are fixed."""
+        if rope_parameters is None:
+            yarn = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 512, "rope_theta": 1e4}
+            model = build_tiny_model("llama", rope_parameters=yarn)
+            self.assertEqual(len(model.generate(self.ids, attention_mask=self.mask, max_new_tokens=3, cache_limit=3,
+                                                num_sink_tokens=1)[0]), self.ids.shape[1] + 3)  # fmt: skip
+            return
+        model = build_tiny_model("llama", rope_parameters={**rope_parameters, "rope_theta": 1e4})
+        self.forwards = self.count_forwards(model)
+        self.assert_rejected(ValueError, ["num_sink_tokens", rope_type], model=model, cache_limit=3, num_sink_tokens=1)

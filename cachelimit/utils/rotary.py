@@ -16,7 +16,16 @@ class RotaryShift:
     cached key already carries it. Only RoPE types with position-independent frequencies compose this way.
     """
 
+    #: RoPE types whose frequencies depend on the sequence length: a shift would not compose with them.
+    LENGTH_DEPENDENT = frozenset({"dynamic", "longrope"})
+
     def __init__(self, rotary_embedding: torch.nn.Module, apply_rotary_pos_emb: Callable, dtype: torch.dtype):
+        rope_type = getattr(rotary_embedding, "rope_type", "default")
+        if rope_type in self.LENGTH_DEPENDENT:
+            raise ValueError(
+                f"`num_sink_tokens` is not supported with rope_type={rope_type!r}: its frequencies change with the "
+                "sequence length, so sink keys cannot be moved exactly. Use num_sink_tokens=0 (a plain window)."
+            )
         self.rotary_embedding = rotary_embedding
         self.apply_rotary_pos_emb = apply_rotary_pos_emb
         self.dtype = dtype
