@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from ..patches import Family, register_family
 from ..utils.generation import make_prepare_inputs
-from ..utils.rotary import RotaryShift
-
-
-def rotary_shift(model) -> RotaryShift:
-    """Sink re-rotation with this model's own rotary module and RoPE function."""
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-    return RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype)
-
+from ..utils.rotary import rotary_from
 
 prepare_inputs_for_generation = make_prepare_inputs("llama")
 
@@ -21,6 +13,6 @@ FAMILY = register_family(
         name="llama",
         class_names=("LlamaForCausalLM",),
         prepare_inputs_for_generation=prepare_inputs_for_generation,
-        rotary=rotary_shift,
+        rotary=rotary_from("transformers.models.llama.modeling_llama"),
     )
 )

@@ -1,18 +1,14 @@
-"""Mistral: rotary position embeddings (and a native `sliding_window`, applied on top); sinks are re-rotated with the model's own rotary module."""
+"""Mistral: rotary position embeddings, sinks re-rotated with the model's own rotary module.
+
+A native `sliding_window` needs nothing here: the generate wrapper keeps min(L, W - 1) positions and the
+step plan applies W's mask on top.
+"""
 
 from __future__ import annotations
 
 from ..patches import Family, register_family
 from ..utils.generation import make_prepare_inputs
-from ..utils.rotary import RotaryShift
-
-
-def rotary_shift(model) -> RotaryShift:
-    """Sink re-rotation with this model's own rotary module and RoPE function."""
-    from transformers.models.mistral.modeling_mistral import apply_rotary_pos_emb
-
-    return RotaryShift(model.model.rotary_emb, apply_rotary_pos_emb, model.dtype)
-
+from ..utils.rotary import rotary_from
 
 prepare_inputs_for_generation = make_prepare_inputs("mistral")
 
@@ -21,6 +17,6 @@ FAMILY = register_family(
         name="mistral",
         class_names=("MistralForCausalLM",),
         prepare_inputs_for_generation=prepare_inputs_for_generation,
-        rotary=rotary_shift,
+        rotary=rotary_from("transformers.models.mistral.modeling_mistral"),
     )
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch
@@ -40,3 +41,14 @@ class RotaryShift:
     def apply(self, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate [batch, heads, n, dim] keys by the shifts `cos_sin` was given."""
         return self.apply_rotary_pos_emb(keys, keys, cos, sin)[1]
+
+
+def rotary_from(modeling_module: str) -> Callable[[torch.nn.Module], RotaryShift]:
+    """`Family.rotary` for a RoPE family whose modeling module defines `apply_rotary_pos_emb` and whose
+    decoder keeps its rotary module at `model.model.rotary_emb` (the layout of transformers' Llama-like models)."""
+
+    def rotary_shift(model: torch.nn.Module) -> RotaryShift:
+        module = importlib.import_module(modeling_module)
+        return RotaryShift(model.model.rotary_emb, module.apply_rotary_pos_emb, model.dtype)
+
+    return rotary_shift
