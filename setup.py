@@ -21,7 +21,14 @@ setup(
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],
-        "test": ["pytest>=7", "parameterized>=0.9", "hypothesis>=6.80", "ruff>=0.6", "matplotlib>=3.7", "tqdm>=4.60"],
+        "test": [
+            "pytest>=7",
+            "parameterized>=0.9",
+            "hypothesis>=6.80",
+            "ruff==0.17.6",
+            "matplotlib>=3.7",
+            "tqdm>=4.60",
+        ],
     },
     entry_points={"console_scripts": ["cachelimit=cachelimit.cli:main"]},
 )

@@ -1,0 +1,259 @@
+"""One benchmark run per process: build the seeded model, generate with one cache variant, time every step.
+
+`cachelimit.benchmark` starts `python -m cachelimit.bench.worker SPECS.json RESULTS.json` once per run, so the
+peak RSS (VmHWM) a run reports is its own and not a leftover of the run before it. Progress goes to stdout as
+`@steps N` lines, which the parent turns into its progress bar.
+
+Timing goes through `model.generate` (what users run): a `StoppingCriteria` stamps the clock each time a token is
+chosen. A step's time runs from leaving one stamp to arriving at the next, so the sampling done inside the callback
+(cache bytes, RSS) is not counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import sys
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM, StoppingCriteria
+from transformers.cache_utils import Cache
+
+import cachelimit
+from cachelimit.bench.ideal import RingBufferLayer
+
+#: (layers, hidden, heads, MLP width); vocab 1024, float32. "full" is the issue's Mistral-/GPT-2-small shape.
+SHAPES = {"full": (12, 768, 12, 3072), "quick": (4, 256, 4, 1024)}
+VOCAB = 1024
+SINKS = 4
+
+
+def build_model(family: str, shape: str, seed: int, positions: int, sliding_window: int | None = None):
+    """The seeded model of one family; `sliding_window` changes no weight, so every variant gets the same ones."""
+    layers, hidden, heads, width = SHAPES[shape]
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        config = GPT2Config(
+            vocab_size=VOCAB,
+            n_layer=layers,
+            n_embd=hidden,
+            n_head=heads,
+            n_positions=positions,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+        model = GPT2LMHeadModel(config)
+    else:
+        config = MistralConfig(
+            vocab_size=VOCAB,
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            intermediate_size=width,
+            max_position_embeddings=positions,
+            sliding_window=sliding_window,
+        )
+        model = MistralForCausalLM(config)
+    model.set_attn_implementation("sdpa")
+    model = model.to(torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.bos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def proc_status() -> dict[str, int]:
+    """VmRSS / VmHWM of this process in bytes (Linux); VmHWM falls back to getrusage elsewhere."""
+    fields = {}
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    name, value = line.split(":")
+                    fields[name] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    fields.setdefault("VmHWM", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    fields.setdefault("VmRSS", -1)
+    return fields
+
+
+def kv_bytes_held(cache) -> int:
+    """Bytes of the storages behind every layer's keys/values (and sink keys): a sliced view counts the whole
+    storage it keeps alive, as DynamicSlidingWindowLayer's window does."""
+    storages = {}
+    for layer in getattr(cache, "layers", []):
+        for name in ("keys", "values", "sink_keys"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+class StepClock(StoppingCriteria):
+    """Never stops generation; stamps the time a token is chosen and samples memory every `sample_every` tokens.
+    `generate` deep-copies its criteria, so the copy is the clock itself."""
+
+    def __init__(self, batch: int, sample_every: int, cache_ref: dict, progress: bool):
+        self.never = torch.zeros(batch, dtype=torch.bool)
+        self.sample_every, self.cache_ref, self.progress = sample_every, cache_ref, progress
+        self.arrive: list[float] = []
+        self.leave: list[float] = []
+        self.samples: list[list[int]] = []
+        self.reported = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.arrive.append(time.perf_counter())
+        count = len(self.arrive)
+        if count == 1 or count % self.sample_every == 0:
+            status = proc_status()
+            self.samples.append([count, kv_bytes_held(self.cache_ref.get("cache")), status["VmRSS"], status["VmHWM"]])
+            if self.progress:
+                print(f"@steps {count - self.reported}", flush=True)
+                self.reported = count
+        self.leave.append(time.perf_counter())
+        return self.never
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def step_seconds(self) -> list[float]:
+        """Seconds of each decode step (from leaving one stamp to arriving at the next)."""
+        return [arrive - leave for arrive, leave in zip(self.arrive[1:], self.leave[:-1], strict=True)]
+
+
+def variant_kwargs(spec: dict, model) -> dict:
+    """The `generate` arguments that select one cache variant."""
+    variant, limit = spec["variant"], spec["limit"]
+    if variant in ("dynamic", "native_sliding"):
+        return {}
+    if variant == "native_static":
+        return {"cache_implementation": "static"}
+    if variant == "cachelimit":
+        return {"cache_limit": limit}
+    if variant == "cachelimit_sinks":
+        return {"cache_limit": limit, "num_sink_tokens": SINKS}
+    if variant == "ideal":
+        return {
+            "past_key_values": Cache(
+                layers=[RingBufferLayer(limit + 1) for _ in range(model.config.num_hidden_layers)]
+            )
+        }
+    raise ValueError(f"Unknown variant {variant!r}.")
+
+
+def run_one(spec: dict) -> dict:
+    """Generate `new_tokens` after a seeded random prompt of `prompt_tokens` with one variant; return raw figures."""
+    family, variant, limit, batch = spec["family"], spec["variant"], spec["limit"], spec["batch"]
+    window = limit + 1 if variant.startswith("native") else None
+    model = build_model(family, spec["shape"], spec["seed"], spec["positions"], sliding_window=window)
+    cachelimit.patch(family)
+    generator = torch.Generator().manual_seed(spec["seed"] + 1)
+    prompt = torch.randint(1, VOCAB, (batch, spec["prompt_tokens"]), generator=generator)
+    cache_ref: dict = {}
+
+    def grab_cache(module, args, kwargs):
+        cache_ref.setdefault("cache", kwargs.get("past_key_values"))
+
+    hook = model.register_forward_pre_hook(grab_cache, with_kwargs=True)
+    clock = StepClock(batch, spec["sample_every"], cache_ref, spec.get("progress", False))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        output = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=spec["new_tokens"],
+            do_sample=False,
+            stopping_criteria=[clock],
+            disable_compile=True,
+            **variant_kwargs(spec, model),
+        )
+    hook.remove()
+    cache = cache_ref.get("cache")
+    status = proc_status()
+    step_ms = [seconds * 1e3 for seconds in clock.step_seconds()]
+    new_tokens = output[:, spec["prompt_tokens"] :].contiguous()
+    return {
+        **spec,
+        "prefill_s": clock.arrive[0] - start,
+        "total_s": time.perf_counter() - start,
+        "step_ms": [round(value, 4) for value in step_ms],
+        "samples": clock.samples + [[len(clock.arrive), kv_bytes_held(cache), status["VmRSS"], status["VmHWM"]]],
+        "kv_bytes": kv_bytes_held(cache),
+        "peak_rss_bytes": status["VmHWM"],
+        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cache_class": type(cache).__name__,
+        "layer_class": type(cache.layers[0]).__name__ if getattr(cache, "layers", None) else None,
+        "tokens_sha1": hashlib.sha1(new_tokens.numpy().tobytes()).hexdigest()[:16],
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def calibrate(spec: dict) -> dict:
+    """Quick per-family timings (build, prefill per token, decode step per batch) and the memory copy bandwidth,
+    from which the parent estimates the sweep's duration before starting it."""
+    figures: dict = {"families": {}}
+    for family in spec["families"]:
+        started = time.perf_counter()
+        model = build_model(family, spec["shape"], spec["seed"], positions=256)
+        layers, hidden = SHAPES[spec["shape"]][:2]
+        family_figures = {
+            "build_s": time.perf_counter() - started,
+            "kv_bytes_per_position": layers * 2 * hidden * 4,  # keys + values, float32, one row
+            "prefill_s_per_token": {},
+            "step_ms": {},
+        }
+        for batch in spec["batches"]:
+            prompt = torch.randint(1, VOCAB, (batch, 64))
+            clock = StepClock(batch, 1 << 30, {}, progress=False)
+            started = time.perf_counter()
+            with torch.inference_mode():
+                model.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=12,
+                    do_sample=False,
+                    stopping_criteria=[clock],
+                    disable_compile=True,
+                )
+            steps = sorted(clock.step_seconds()[1:])
+            family_figures["prefill_s_per_token"][batch] = (clock.arrive[0] - started) / prompt.numel()
+            family_figures["step_ms"][batch] = steps[len(steps) // 2] * 1e3
+        figures["families"][family] = family_figures
+        del model
+    block = torch.ones(32 << 20)  # 128 MiB: larger than any CPU cache, like the KV copies it stands for
+    copies = []
+    for _ in range(3):
+        started = time.perf_counter()
+        torch.cat([block, block])
+        copies.append(time.perf_counter() - started)
+    figures["copy_bytes_per_s"] = 4 * block.numel() * block.element_size() / sorted(copies)[1]
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`SPECS.json RESULTS.json`: run each spec of the list in this process (or a calibration), write the results."""
+    spec_path, result_path = (argv if argv is not None else sys.argv[1:])[:2]
+    with open(spec_path) as handle:
+        specs = json.load(handle)
+    started = time.perf_counter()
+    if isinstance(specs, dict):
+        results = {**calibrate(specs), "compute_s": time.perf_counter() - started}
+    else:
+        results = []
+        for index, spec in enumerate(specs):
+            if spec.get("threads"):
+                torch.set_num_threads(spec["threads"])
+            print(f"@job {index}", flush=True)
+            results.append(run_one(spec))
+    with open(result_path, "w") as handle:
+        json.dump(results, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
