@@ -55,8 +55,15 @@ def _choices(allowed: tuple[str, ...]):
     return parse
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """Bad flags are one line on stderr (exit 2), like every other cachelimit command."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="cachelimit bench",
         description="Per-token time, tokens/s, KV bytes and peak RSS of bounded generation: cachelimit vs "
         "transformers' sliding windows, the unbounded cache and an ideal in-place cache. Writes results.json, "

@@ -84,6 +84,11 @@ class TestBadFlags(FailureMixin, unittest.TestCase):
         self.assertEqual(result.stdout, "")
         self.assertRegex(line, r"^cachelimit( generate| demo)?: error: ")
 
+    def test_bench_bad_flag_is_one_line(self):
+        result = run_cli("bench", "--bogus")
+        self.assert_one_line_failure(result, 2, "unrecognized arguments: --bogus")
+        self.assertEqual(result.stdout, "")
+
     def test_as_process(self):
         _, argv, fragment = BAD_FLAGS[2]
         result = run_cli(*argv)
