@@ -1,0 +1,127 @@
+"""`plan_step` against a brute-force reading of the column definitions (no model): which ring slot each column
+lands in, the positions, the sink shifts, and for every query the exact set of key columns it may read.
+
+The expectations come from the definitions (a column's ring slot is `column % (L - S + 1)`; a token reads the
+first S real tokens of its row, the last L - S columns and itself), never from cachelimit's own code.
+"""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+from parameterized import parameterized
+
+from cachelimit import WindowPolicy
+from cachelimit.step_plan import RowState, plan_step
+
+
+class FakeRotary:
+    """Hands back the requested shifts as the "cos"/"sin", so a test can read which shift each sink copy gets."""
+
+    def cos_sin(self, shift: torch.Tensor):
+        return shift.clone(), shift.clone()
+
+
+def brute_force_visible(real: list[bool], query: int, start: int, limit: int, sinks: int, windowed: bool, native):
+    """Columns the token in column `query` may read, from the definitions: every real column k <= query that is
+    among the last L - S columns (of the query when windowed, else of the kept past before `start`) or is one of
+    the row's first S real tokens; a native window W also requires k > query - W; a query always reads itself."""
+    first_real = [column for column, is_real in enumerate(real) if is_real][:sinks]
+    lowest = (query if windowed else start) - (limit - sinks)
+    visible = {k for k in range(query + 1) if real[k] and (k >= lowest or k in first_real)}
+    if native is not None:
+        visible = {k for k in visible if k > query - native}
+    return visible | {query}
+
+
+class PlanStepTest(unittest.TestCase):
+    """Drive `plan_step` over a whole sequence while simulating the ring (slot -> column) from the plan's writes;
+    check slots, positions, sink shifts and, for every query, the exact set of key columns it may read."""
+
+    @parameterized.expand(
+        [
+            # name, limit, sinks, window_prefill, native window, left pads per row, widths of the forwards
+            ("window", 4, 0, False, None, [0, 3], [6] + [1] * 8),
+            ("limit_one", 1, 0, False, None, [0, 2], [3] + [1] * 5),
+            ("sinks", 5, 2, False, None, [0, 4], [7] + [1] * 9),
+            ("sinks_chunked", 4, 1, True, None, [0, 5], [2, 3, 2] + [1] * 6),
+            ("continuation", 3, 1, False, None, [0, 1], [5, 1, 1, 1, 4, 1, 1]),
+            ("native_window", 2, 0, False, 3, [0, 2], [6, 1, 1, 1]),
+            ("chunk_longer_than_ring", 3, 0, True, None, [0, 0], [7, 1, 1]),
+            ("sinks_found_while_decoding", 6, 3, False, None, [0, 4], [5] + [1] * 6),
+        ]
+    )
+    def test_plan_matches_brute_force(self, _, limit, sinks, window_prefill, native, pads, widths):
+        for rotary in (None, FakeRotary()) if sinks else (None,):
+            self.check_sequence(limit, sinks, window_prefill, native, pads, widths, rotary)
+
+    def check_sequence(self, limit, sinks, window_prefill, native, pads, widths, rotary):
+        policy = WindowPolicy(limit, sinks, window_prefill, native)
+        ring_size = limit - sinks + 1
+        total = sum(widths)
+        real = torch.tensor([[column >= pad for column in range(total)] for pad in pads])
+        state = RowState.empty(len(pads), policy, torch.device("cpu"))
+        ring: list[int | None] = [None] * ring_size  # simulated: which column each ring slot holds
+        start = 0
+        for width in widths:
+            new_real = real[:, start : start + width]
+            plan = plan_step(state, policy, new_real, rotary)
+            decode = width == 1
+            self.assertEqual((plan.start, plan.num_new, plan.decode), (start, width, decode))
+            expected_positions = (real[:, : start + width].long().cumsum(1) - 1).clamp(min=0)[:, start:]
+            self.assertTrue(torch.equal(plan.positions, expected_positions))
+            if decode:
+                self.assertEqual(plan.ring_slot, start % ring_size)
+                past_columns = []
+                ring[start % ring_size] = start
+                ring_columns = list(ring)
+            else:
+                past_columns = [ring[slot] for slot in plan.past_slots.tolist()]
+                self.assertEqual(past_columns, list(range(max(0, start - (limit - sinks)), start)))
+                kept = min(width, ring_size)
+                self.assertEqual(plan.ring_source.tolist(), list(range(width - kept, width)))
+                self.assertEqual(
+                    plan.ring_target.tolist(), [(start + i) % ring_size for i in range(width - kept, width)]
+                )
+                ring_columns = past_columns + list(range(start, start + width))
+            self.check_visibility(
+                plan, real, start, width, limit, sinks, window_prefill or decode, native, ring_columns
+            )
+            if rotary is not None:
+                self.check_sink_shifts(plan, real, start, width, limit, sinks, window_prefill or decode)
+            if not decode:
+                for source, target in zip(plan.ring_source.tolist(), plan.ring_target.tolist(), strict=True):
+                    ring[target] = start + source
+            start += width
+            self.assertEqual(state.cursor, start)
+
+    def check_visibility(self, plan, real, start, width, limit, sinks, windowed, native, ring_columns):
+        for row in range(real.shape[0]):
+            row_real = real[row, : start + width].tolist()
+            first_real = [column for column, is_real in enumerate(row_real) if is_real][:sinks]
+            sink_columns = [first_real[j] if j < len(first_real) else None for j in range(sinks)]
+            for query in range(width):
+                keys = sink_columns * plan.sink_copies + ring_columns
+                self.assertEqual(plan.allowed.shape[-1], len(keys))
+                read = [key for key, allowed in zip(keys, plan.allowed[row, query].tolist(), strict=True) if allowed]
+                self.assertNotIn(None, read, "an empty slot or unseen sink is readable")
+                self.assertEqual(len(read), len(set(read)), f"a column is read twice: {read}")
+                expected = brute_force_visible(row_real, start + query, start, limit, sinks, windowed, native)
+                self.assertEqual(set(read), expected, f"row {row}, column {start + query}")
+
+    def check_sink_shifts(self, plan, real, start, width, limit, sinks, windowed):
+        """StreamingLLM: sink j, seen from a query at position p, sits at j + max(0, p - L); a full-attention
+        forward uses the first new token's position (the row's real tokens seen before it) for all its queries."""
+        seen_before = real[:, :start].sum(1)
+        if windowed:
+            per_query = plan.positions if width > 1 else plan.positions[:, :1]
+            expected = (per_query - limit).clamp(min=0).repeat_interleave(sinks, dim=1)
+        else:
+            expected = (seen_before - limit).clamp(min=0)[:, None].expand(-1, sinks)
+        self.assertEqual(plan.sink_copies, width if windowed and width > 1 else 1)
+        self.assertTrue(torch.equal(plan.sink_cos, expected))
+
+
+if __name__ == "__main__":
+    unittest.main()
