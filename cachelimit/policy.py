@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The largest `cache_limit` accepted. A limit is a cap, not an allocation (the cache grows with what it holds), so
+#: any limit up to this runs; beyond it, column arithmetic (columns - limit, limit + 1 ring slots) could overflow
+#: torch's int64.
+MAX_CACHE_LIMIT = 2**62
+
 
 @dataclass(frozen=True)
 class WindowPolicy:

@@ -7,18 +7,33 @@ and where the attention sinks must be rotated to are the same for every layer. C
 Vocabulary:
 - a *column* is the index of a token in the full sequence the cache has seen (pads included), i.e. the
   column of the 2D attention mask `generate` keeps;
-- the cache holds `S` *sink* slots (the first `S` real tokens of each row) followed by a *ring* of
-  `R = L - S + 1` slots: column `c` lives in ring slot `c % R`. Between steps the ring holds the last
+- the cache holds `S` *sink* slots (the first `S` real tokens of each row) followed by a *ring* of at most
+  `R = L - S + 1` slots: column `c` always lives in ring slot `c % R`. Once full, the ring holds the last
   `L - S` columns plus the slot the next token overwrites, so a decode step is a single in-place write.
+
+Growth: a large `L` is a cap, not a preallocation. The ring's *capacity* (slots allocated) follows the columns
+seen: it is raised to at least twice its size whenever a step needs more (never above `R`), so memory and
+copies are amortised O(1) per token and no buffer is ever sized by the limit. While the capacity is below `R`
+no column has wrapped (`c < capacity <= R`, so `c % R == c`): the slot map never changes when the ring grows,
+growing is a plain copy of the allocated prefix, and a decode step reads only the `min(columns, R)` slots
+written so far (its mask spans those slots only).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .policy import WindowPolicy
+
+
+def grown_capacity(capacity: int, needed: int, ring: int) -> int:
+    """Ring slots to allocate so that `needed` fit: at least double the current capacity when it must grow (so the
+    copies a growth makes are amortised O(1) per token), at most the ring size."""
+    if needed <= capacity:
+        return capacity
+    return min(ring, max(needed, 2 * capacity))
 
 
 @dataclass
@@ -28,8 +43,12 @@ class RowState:
     cursor: int  # columns written so far (pads included); equals `get_seq_length()`
     num_real: torch.Tensor  # [B] real (non-pad) tokens written so far
     sink_column: torch.Tensor  # [B, S] column of each row's j-th real token, -1 while unseen
-    ring_real: torch.Tensor  # [B, R] whether the token in each ring slot is real (not a pad)
+    ring_real: torch.Tensor  # [B, capacity] whether the token in each allocated ring slot is real (not a pad)
     sinks_complete: bool = False  # every row has all S sinks: no more sink writes to plan
+    # Bounds (over all rows) that tell when the next token may read every slot: the mask is then all-true.
+    last_pad_column: int = -1  # newest column that is a pad in some row (-1: none)
+    last_sink_column: int = -1  # newest sink column of any row, once the sinks are complete
+    full_masks: dict = field(default_factory=dict)  # all-true masks (and their converted 4D forms), reused
 
     @classmethod
     def empty(cls, batch_size: int, policy: WindowPolicy, device: torch.device) -> RowState:
@@ -37,16 +56,29 @@ class RowState:
             cursor=0,
             num_real=torch.zeros(batch_size, dtype=torch.long, device=device),
             sink_column=torch.full((batch_size, policy.num_sinks), -1, dtype=torch.long, device=device),
-            ring_real=torch.zeros(batch_size, policy.ring_size, dtype=torch.bool, device=device),
+            ring_real=torch.zeros(batch_size, 0, dtype=torch.bool, device=device),
             sinks_complete=policy.num_sinks == 0,
         )
 
+    @property
+    def capacity(self) -> int:
+        """Ring slots allocated so far (every layer holds at least this many): at least min(cursor, R)."""
+        return self.ring_real.shape[1]
+
     def select_rows(self, index: torch.Tensor) -> None:
-        """Follow a batch reordering (beam search) or expansion of the cached rows."""
+        """Follow a batch reordering (beam search) or expansion of the cached rows. The column bounds are over all
+        rows, so they stay valid (conservative) for any selection of them."""
         index = index.to(self.num_real.device)
         self.num_real = self.num_real.index_select(0, index)
         self.sink_column = self.sink_column.index_select(0, index)
         self.ring_real = self.ring_real.index_select(0, index)
+
+    def full_allowed(self, batch: int, keys: int, device: torch.device) -> torch.Tensor:
+        """The [B, 1, keys] all-true visibility of a decode step that reads every slot (built once, then reused)."""
+        allowed = self.full_masks.get((batch, keys))
+        if allowed is None:
+            allowed = self.full_masks[(batch, keys)] = torch.ones(batch, 1, keys, dtype=torch.bool, device=device)
+        return allowed
 
 
 @dataclass
@@ -55,7 +87,9 @@ class StepPlan:
 
     start: int  # column of the first new token
     num_new: int
-    decode: bool  # one new token: written in place, the whole buffer is returned
+    decode: bool  # one new token: written in place, the written prefix of the buffer is returned
+    capacity: int  # ring slots every layer must hold after this step (grown geometrically, at most R)
+    visible: int  # decode: ring slots returned (those written so far: min(columns, R))
     ring_slot: int  # decode: ring slot the new token overwrites
     past_slots: torch.Tensor | None  # multi-token: ring slots of the kept past, oldest first
     ring_source: torch.Tensor | None  # multi-token: which new tokens are kept in the ring ...
@@ -67,6 +101,50 @@ class StepPlan:
     sink_sin: torch.Tensor | None
     positions: torch.Tensor  # [B, num_new] position ids of the new tokens
     allowed: torch.Tensor  # [B, num_new, num_keys] which returned keys each query reads
+    full_masks: dict | None = None  # set when `allowed` is all-true: where its converted 4D masks are kept
+
+
+def _reads_every_slot(state: RowState, policy: WindowPolicy, start: int) -> bool:
+    """Whether a real token decoded at column `start` reads every slot: the ring is full of real tokens (no pad
+    among the last R columns) and every sink has left the window (so no sink slot duplicates a ring slot)."""
+    oldest = start - policy.recent  # oldest column of the window besides the sinks (= start - R + 1)
+    if oldest < 0 or state.capacity < policy.ring_size or state.last_pad_column >= oldest:
+        return False
+    return policy.num_sinks == 0 or (state.sinks_complete and state.last_sink_column < oldest)
+
+
+def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) -> StepPlan:
+    """A decode step that reads every slot: nothing to compute but the slot, the positions and the sink shift."""
+    batch, sinks, ring = state.num_real.shape[0], policy.num_sinks, policy.ring_size
+    slot = start % ring
+    if start - ring <= state.last_pad_column:  # the slot held a pad until now
+        state.ring_real[:, slot] = True
+    positions = state.num_real[:, None]
+    sink_cos = sink_sin = None
+    if sinks and rotary is not None:
+        sink_cos, sink_sin = rotary.cos_sin((positions - policy.limit).clamp(min=0).expand(batch, sinks))
+    state.cursor += 1
+    state.num_real = state.num_real + 1
+    allowed = state.full_allowed(batch, sinks + ring, positions.device)
+    return StepPlan(
+        start=start,
+        num_new=1,
+        decode=True,
+        capacity=ring,
+        visible=ring,
+        ring_slot=slot,
+        past_slots=None,
+        ring_source=None,
+        ring_target=None,
+        sink_fill=None,
+        sink_source=None,
+        sink_copies=1,
+        sink_cos=sink_cos,
+        sink_sin=sink_sin,
+        positions=positions,
+        allowed=allowed,
+        full_masks=state.full_masks,
+    )
 
 
 def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rotary=None) -> StepPlan:
@@ -76,10 +154,13 @@ def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rot
     device = new_real.device
     sinks, recent, ring = policy.num_sinks, policy.recent, policy.ring_size
     start = state.cursor
+    decode = num_new == 1
+    all_real = bool(new_real.all())
+    if decode and all_real and _reads_every_slot(state, policy, start):
+        return _steady_decode(state, policy, start, rotary)
     columns = torch.arange(start, start + num_new, device=device)
     real_index = state.num_real[:, None] + new_real.long().cumsum(1) - 1  # [B, C]
     positions = real_index.clamp(min=0)
-    decode = num_new == 1
     windowed = decode or policy.window_prefill
     # Oldest column a query reads outside the sinks: its own window, or (full-attention prefill) the kept past.
     lowest = columns - recent if windowed else torch.full_like(columns, start - recent)
@@ -91,14 +172,18 @@ def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rot
         sink_fill, sink_source = hits.any(1), hits.to(torch.uint8).argmax(1)
         sink_column = torch.where(sink_fill, start + sink_source, sink_column)
 
-    ring_real = state.ring_real.clone()
+    capacity = grown_capacity(state.capacity, min(start + num_new, ring), ring)
+    ring_real = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+    ring_real[:, : state.capacity] = state.ring_real
     past_slots = ring_source = ring_target = None
+    visible = 0
     if decode:
         ring_slot = start % ring
         ring_real[:, ring_slot] = new_real[:, 0]
-        slot_index = torch.arange(ring, device=device)
+        visible = min(start + 1, ring)  # slots written so far: a decode step reads only those
+        slot_index = torch.arange(visible, device=device)
         key_column = start - (start - slot_index) % ring
-        key_real = ring_real
+        key_real = ring_real[:, :visible]
     else:
         ring_slot = -1
         past_columns = torch.arange(max(0, start - recent), start, device=device)
@@ -138,12 +223,18 @@ def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rot
     state.num_real = state.num_real + new_real.sum(1)
     state.sink_column = sink_column
     state.ring_real = ring_real
+    if not all_real:
+        state.last_pad_column = start + int((~new_real).any(0).nonzero().max())
     if not state.sinks_complete:
         state.sinks_complete = bool((sink_column >= 0).all())
+        if state.sinks_complete:
+            state.last_sink_column = int(sink_column.max()) if sinks else -1
     return StepPlan(
         start=start,
         num_new=num_new,
         decode=decode,
+        capacity=capacity,
+        visible=visible,
         ring_slot=ring_slot,
         past_slots=past_slots,
         ring_source=ring_source,

@@ -1,10 +1,16 @@
 """`BoundedCache`: a transformers `Cache` whose layers never hold more than `limit` positions.
 
-Each layer is one fixed buffer of `sinks + (limit - sinks) + 1` slots written in place: a decode step writes
-the new key/value into the ring slot of the token that just left the window and returns the buffer as is.
-Attention does not care in which slot a key sits, only what the mask allows, so nothing is ever shifted,
-rolled or concatenated while decoding (transformers' own sliding-window layers copy the window every step).
-Which slot holds what is planned once per step for all layers (see `step_plan`).
+Each layer is one buffer of `sinks` slots followed by a ring of at most `(limit - sinks) + 1` slots, written in
+place: a decode step writes the new key/value into the ring slot of the token that just left the window and
+returns the buffer as is. Attention does not care in which slot a key sits, only what the mask allows, so nothing
+is ever shifted, rolled or concatenated while decoding (transformers' own sliding-window layers copy the window
+every step).
+
+A large limit is a cap, not a preallocation: the ring is allocated for what it holds and grown geometrically
+(each growth at least doubles it, so copies are amortised O(1) per token) until it reaches its full size, and a
+decode step returns only the slots written so far. Column `c` lives in ring slot `c % R` throughout (while the
+ring is smaller than `R`, `c < R`, so that is slot `c`): growing never moves a token to another slot. Which slot
+holds what, and how large the ring must be, is planned once per step for all layers (see `step_plan`).
 """
 
 from __future__ import annotations
@@ -30,19 +36,34 @@ class BoundedLayer(CacheLayerMixin):
         self.sink_keys: torch.Tensor | None = None  # un-shifted sink keys (RoPE only), re-rotated each step
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate the sink slots and an empty ring; `_reserve` sizes the ring for what it must hold."""
         policy = self.cache.policy
         batch, heads, _, key_dim = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_zeros(batch, heads, policy.slots, key_dim)
-        self.values = value_states.new_zeros(batch, heads, policy.slots, value_states.shape[-1])
+        self.keys = key_states.new_zeros(batch, heads, policy.num_sinks, key_dim)
+        self.values = value_states.new_zeros(batch, heads, policy.num_sinks, value_states.shape[-1])
         if policy.num_sinks and self.cache.rotary is not None:
             self.sink_keys = key_states.new_zeros(batch, heads, policy.num_sinks, key_dim)
         self.is_initialized = True
+
+    def _reserve(self, capacity: int) -> None:
+        """Grow the buffers to `sinks + capacity` slots (the plan grows capacity geometrically). The allocated prefix
+        is copied as is: no column changes slot. New slots are zeros (finite under a mask, unlike empty memory)."""
+        slots = self.cache.policy.num_sinks + capacity
+        held = self.keys.shape[-2]
+        if held >= slots:
+            return
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_zeros(*old.shape[:2], slots, old.shape[-1])
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         plan = self.cache.plan_for(self.cumulative_length, key_states.shape[-2])
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        self._reserve(plan.capacity)
         sinks = self.cache.policy.num_sinks
         if plan.sink_fill is not None:
             self._fill_sinks(plan, key_states, value_states)
@@ -53,6 +74,8 @@ class BoundedLayer(CacheLayerMixin):
             if plan.sink_cos is not None:
                 self.keys[:, :, :sinks] = self.cache.rotary.apply(self.sink_keys, plan.sink_cos, plan.sink_sin)
             keys, values = self.keys, self.values
+            if keys.shape[-2] != sinks + plan.visible:  # the ring is not full yet: only the slots written so far
+                keys, values = keys[:, :, : sinks + plan.visible], values[:, :, : sinks + plan.visible]
         else:
             keys, values = self._gather_for_prefill(plan, key_states, value_states)
             target = sinks + plan.ring_target
@@ -91,13 +114,14 @@ class BoundedLayer(CacheLayerMixin):
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         # Masks for this cache are built by `cachelimit` before the forward (slots are not in column order).
-        return self.cache.policy.slots, 0
+        return (self.keys.shape[-2] if self.is_initialized else 0), 0
 
     def get_seq_length(self) -> int:
         """Columns seen so far (pads included), as `generate` expects when it resumes from a cache."""
         return self.cumulative_length
 
     def get_max_length(self) -> int:
+        """The most slots this layer will ever hold (sinks + the full ring); it allocates them only as needed."""
         return self.cache.policy.slots
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
@@ -119,10 +143,10 @@ class BoundedLayer(CacheLayerMixin):
         raise NotImplementedError("A bounded cache forgets evicted tokens: it cannot be cropped or rolled back.")
 
     def reset(self) -> None:
-        super().reset()
+        """Drop the buffers (like transformers' dynamic layers): the next forward allocates what it needs."""
+        self.keys = self.values = self.sink_keys = None
+        self.is_initialized = False
         self.cumulative_length = 0
-        if self.sink_keys is not None:
-            self.sink_keys.zero_()
 
 
 class BoundedCache(Cache):
@@ -202,14 +226,15 @@ class BoundedCache(Cache):
         state, policy = self.state, self.policy
         ring = policy.ring_size
         newest = state.cursor - 1
-        slot_column = newest - (newest - torch.arange(ring, device=state.ring_real.device)) % ring
+        slot_column = newest - (newest - torch.arange(state.capacity, device=state.ring_real.device)) % ring
         window_start = state.cursor - policy.recent
         in_window = state.ring_real & (slot_column >= window_start) & (slot_column >= 0)
         sinks = ((state.sink_column >= 0) & (state.sink_column < window_start)).sum(1)
         return in_window.sum(1) + sinks
 
     def kv_bytes(self) -> int:
-        """Bytes of key/value storage held by all layers (the sink copies of RoPE models included)."""
+        """Bytes of key/value storage allocated by all layers right now (the sink copies of RoPE models included):
+        it grows with the tokens kept until the ring is full, then stays constant."""
         total = 0
         for layer in self.layers:
             for tensor in (layer.keys, layer.values, getattr(layer, "sink_keys", None)):

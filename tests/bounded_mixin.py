@@ -17,6 +17,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 import cachelimit
 from cachelimit import BoundedCache, BoundedLayer
 from tests.common import PAD, VOCAB, build_tiny_model, left_padded_batch
+from tests.growth_spec import ring_capacities, widths_between
 from tests.reference import extended_mask, generated_step_logits
 
 ATOL = 1e-5  # float32 logits, every step
@@ -225,10 +226,11 @@ class BoundedGenerationTesterMixin:
         chunks = [prompt] if chunk is None else list(range(chunk, prompt, chunk)) + [prompt]
         self.assertEqual(seen, chunks + list(range(prompt + 1, prompt + NEW)))
         self.assertEqual(len(updates), 3 * len(seen))
+        capacity = dict(zip(seen, ring_capacities(widths_between(seen), limit + 1), strict=True))
         for start, new, keys, slots, value_slots in updates:
-            self.assertEqual((slots, value_slots), (limit + 1, limit + 1))
-            # decode reads the whole buffer; a multi-token forward reads the kept past plus its new tokens
-            self.assertEqual(keys, limit + 1 if new == 1 else min(start, limit) + new)
+            self.assertEqual((slots, value_slots), (capacity[start + new],) * 2)  # grown geometrically, up to L + 1
+            # decode reads the slots written so far; a multi-token forward reads the kept past plus its new tokens
+            self.assertEqual(keys, min(start + 1, limit + 1) if new == 1 else min(start, limit) + new)
             if chunk is not None:
                 self.assertLessEqual(keys, limit + chunk)
         self.assert_matches_reference(model, output, mask, limit, window_prefill=chunk is not None)

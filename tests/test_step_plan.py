@@ -14,6 +14,7 @@ from parameterized import parameterized
 
 from cachelimit import WindowPolicy
 from cachelimit.step_plan import RowState, plan_step
+from tests.growth_spec import ring_capacities
 
 
 class FakeRotary:
@@ -50,6 +51,10 @@ class PlanStepTest(unittest.TestCase):
             ("native_window", 2, 0, False, 3, [0, 2], [6, 1, 1, 1]),
             ("chunk_longer_than_ring", 3, 0, True, None, [0, 0], [7, 1, 1]),
             ("sinks_found_while_decoding", 6, 3, False, None, [0, 4], [5] + [1] * 6),
+            # the ring grows (2 -> 4 -> 8 -> 10 slots), with pads, sinks, chunks and a native window
+            ("growth", 9, 0, False, None, [0, 1], [2] + [1] * 12),
+            ("growth_sinks_chunked", 10, 2, True, None, [0, 3], [2, 3, 1, 4] + [1] * 8),
+            ("growth_native_window", 6, 0, False, 7, [0, 2], [3] + [1] * 8),
         ]
     )
     def test_plan_matches_brute_force(self, _, limit, sinks, window_prefill, native, pads, widths):
@@ -63,19 +68,21 @@ class PlanStepTest(unittest.TestCase):
         real = torch.tensor([[column >= pad for column in range(total)] for pad in pads])
         state = RowState.empty(len(pads), policy, torch.device("cpu"))
         ring: list[int | None] = [None] * ring_size  # simulated: which column each ring slot holds
+        capacities = ring_capacities(widths, ring_size)
         start = 0
-        for width in widths:
+        for width, capacity in zip(widths, capacities, strict=True):
             new_real = real[:, start : start + width]
             plan = plan_step(state, policy, new_real, rotary)
             decode = width == 1
             self.assertEqual((plan.start, plan.num_new, plan.decode), (start, width, decode))
             expected_positions = (real[:, : start + width].long().cumsum(1) - 1).clamp(min=0)[:, start:]
             self.assertTrue(torch.equal(plan.positions, expected_positions))
+            self.assertEqual((plan.capacity, state.capacity), (capacity, capacity))
             if decode:
                 self.assertEqual(plan.ring_slot, start % ring_size)
                 past_columns = []
                 ring[start % ring_size] = start
-                ring_columns = list(ring)
+                ring_columns = ring[: min(start + 1, ring_size)]  # a decode step reads the slots written so far
             else:
                 past_columns = [ring[slot] for slot in plan.past_slots.tolist()]
                 self.assertEqual(past_columns, list(range(max(0, start - (limit - sinks)), start)))

@@ -1,9 +1,10 @@
 """Exact bookkeeping of `BoundedCache` (no timing): slots and bytes held, which ring slot each token lands in,
-no allocation while decoding, kept lengths under left padding and row reordering (`plan_step` alone:
-tests/test_step_plan.py).
+no allocation while decoding (except when the ring grows), kept lengths under left padding and row reordering
+(`plan_step` alone: tests/test_step_plan.py; growth across its boundaries: tests/test_growth.py).
 
 The expectations are derived here from the definitions (a column's ring slot is `column % (L - S + 1)`; a token
-reads the first S real tokens of its row, the last L - S columns and itself), never from cachelimit's own code.
+reads the first S real tokens of its row, the last L - S columns and itself; the ring grows as
+`tests.growth_spec` specifies), never from cachelimit's own code.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from parameterized import parameterized
 
 from cachelimit import BoundedCache, BoundedLayer
 from tests.common import build_tiny_model, left_padded_batch
+from tests.growth_spec import ring_capacities, widths_between
 
 NEW = 30  # decode steps per run: the ring wraps several times for every limit below
 
@@ -27,16 +29,18 @@ def kv_shape(model) -> tuple[int, int, int]:
     return config.num_hidden_layers, heads, config.hidden_size // config.num_attention_heads
 
 
-def expected_kv_bytes(model, batch: int, limit: int, sinks: int, rope: bool) -> int:
+def expected_kv_bytes(model, batch: int, limit: int, sinks: int, rope: bool, capacity: int | None = None) -> int:
+    """Bytes of a float32 cache whose ring has `capacity` slots allocated (default: the full ring, L - S + 1)."""
     layers, heads, head_dim = kv_shape(model)
-    slots = sinks + (limit - sinks) + 1
+    slots = sinks + ((limit - sinks) + 1 if capacity is None else capacity)
     sink_copies = sinks if rope else 0  # RoPE models keep the sinks' un-rotated keys as well
     return layers * batch * heads * head_dim * 4 * (2 * slots + sink_copies)  # float32
 
 
 class DecodeAudit:
     """Wraps `BoundedLayer.update` and the model's forward to check every decode write against the definitions:
-    the new key/value lands in slot S + column % (L - S + 1) of the same buffers, and no other ring slot moves."""
+    the new key/value lands in slot S + column % (L - S + 1) of the same buffers (new ones only when the ring
+    grows, with every slot held before copied unchanged), and no other ring slot moves."""
 
     def __init__(self, test: unittest.TestCase, model, prompt_mask: torch.Tensor, limit: int, sinks: int, rope: bool):
         self.test, self.model, self.prompt_mask = test, model, prompt_mask
@@ -83,10 +87,12 @@ class DecodeAudit:
         slot = sinks + self.column % self.ring
         self.slots_written.append((self.column, slot))
         test.assertEqual(layer.cache.plan.ring_slot, self.column % self.ring)
-        test.assertEqual((layer.keys.data_ptr(), layer.values.data_ptr()), (key_ptr, value_ptr), "decode reallocated")
+        held = keys_before.shape[-2]
+        if layer.keys.shape[-2] == held:
+            test.assertEqual((layer.keys.data_ptr(), layer.values.data_ptr()), (key_ptr, value_ptr), "reallocated")
         test.assertTrue(torch.equal(layer.keys[:, :, slot], key_states[:, :, 0]))
         test.assertTrue(torch.equal(layer.values[:, :, slot], value_states[:, :, 0]))
-        untouched = [index for index in range(sinks, sinks + self.ring) if index != slot]
+        untouched = [index for index in range(sinks, held) if index != slot]
         test.assertTrue(torch.equal(layer.keys[:, :, untouched], keys_before[:, :, untouched]))
         test.assertTrue(torch.equal(layer.values[:, :, untouched], values_before[:, :, untouched]))
         # Sinks change only where this token is one of its row's first S real tokens (short rows fill them late).
@@ -103,7 +109,8 @@ class DecodeAudit:
         test.assertTrue(torch.equal(layer.values[:, :, :sinks], expected_sink_values))
         if not self.rope:  # RoPE sink keys are re-rotated every step (from `sink_keys`); GPT-2's stay as written
             test.assertTrue(torch.equal(layer.keys[:, :, :sinks], expected_sink_keys))
-        self.pointers.add((layer.keys.data_ptr(), layer.values.data_ptr()))
+        if layer.keys.shape[-2] == sinks + self.ring:  # once the ring is full, its buffers never change
+            self.pointers.add((layer.keys.data_ptr(), layer.values.data_ptr()))
 
 
 class BoundedCacheBookkeepingTest(unittest.TestCase):
@@ -123,7 +130,6 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         rope = family != "gpt2"
         ids, mask = left_padded_batch(lengths, seed=3)
         batch, width = ids.shape
-        expected_bytes = expected_kv_bytes(model, batch, limit, sinks, rope)
         checked_forwards = []
 
         def after_forward(module, args, kwargs, output):
@@ -131,10 +137,11 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
             columns = cache.get_seq_length()
             real_seen = mask[:, : min(columns, width)].sum(1) + max(0, columns - width)
             self.assertTrue(torch.equal(cache.kept_lengths(), real_seen.clamp(max=limit)), f"{columns} columns")
-            self.assertEqual(cache.kv_bytes(), expected_bytes)
+            capacity = ring_capacities(widths_between([*checked_forwards, columns]), limit - sinks + 1)[-1]
+            self.assertEqual(cache.kv_bytes(), expected_kv_bytes(model, batch, limit, sinks, rope, capacity))
             for layer in cache.layers:
                 self.assertEqual(layer.keys.shape, layer.values.shape)
-                self.assertEqual(layer.keys.shape[-2], limit + 1)
+                self.assertEqual(layer.keys.shape[-2], sinks + capacity)
             checked_forwards.append(columns)
 
         handle = model.register_forward_hook(after_forward, with_kwargs=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..window_cache import BoundedCache
-from .masks import attention_mask_for
+from .masks import step_attention_mask
 
 
 def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tokens, **kwargs) -> dict:
@@ -42,7 +42,7 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
         new_real = attention_mask[:, -num_new:].to(device=new_tokens.device, dtype=torch.bool)
     plan = cache.begin_step(new_real)
     inputs["position_ids"] = plan.positions
-    inputs["attention_mask"] = attention_mask_for(model.config, plan.allowed, model.dtype)
+    inputs["attention_mask"] = step_attention_mask(model.config, plan, model.dtype)
     return inputs
 
 

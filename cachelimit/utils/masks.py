@@ -25,3 +25,16 @@ def attention_mask_for(config, allowed: torch.Tensor, dtype: torch.dtype) -> tor
         dtype=dtype,
         device=allowed.device,
     )
+
+
+def step_attention_mask(config, plan, dtype: torch.dtype) -> torch.Tensor:
+    """The 4D mask of a planned step (`plan.allowed` converted by `attention_mask_for`). A decode step that reads
+    every slot (a full ring of real tokens) has the same all-true visibility step after step: its converted mask
+    is built once and reused (the plan's `full_masks`), so a steady decode step builds no mask at all."""
+    if plan.full_masks is None:
+        return attention_mask_for(config, plan.allowed, dtype)
+    key = (config._attn_implementation, dtype, tuple(plan.allowed.shape))
+    mask = plan.full_masks.get(key)
+    if mask is None:
+        mask = plan.full_masks[key] = attention_mask_for(config, plan.allowed, dtype)
+    return mask

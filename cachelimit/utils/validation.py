@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..policy import MAX_CACHE_LIMIT
+
 
 def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
     """`value` must be a plain int (bool is rejected) in [minimum, maximum]."""
@@ -14,11 +16,13 @@ def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int
 
 
 def check_window(cache_limit, num_sink_tokens) -> tuple[int, int]:
-    """Validate `cache_limit` (>= 1) and `num_sink_tokens` (0 <= S < cache_limit)."""
+    """Validate `cache_limit` (in [1, MAX_CACHE_LIMIT]) and `num_sink_tokens` (0 <= S < cache_limit)."""
     if cache_limit is None:
         if num_sink_tokens is not None:
             raise ValueError("`num_sink_tokens` needs a `cache_limit`: sinks are kept inside a bounded cache.")
         raise ValueError("`cache_limit` must be an int >= 1, got None.")
     limit = check_int("cache_limit", cache_limit, 1)
+    if limit > MAX_CACHE_LIMIT:  # a cap, never allocated, but columns - limit must fit torch's int64
+        raise ValueError(f"`cache_limit` must be an int in [1, {MAX_CACHE_LIMIT}] (2**62), got {limit}.")
     sinks = 0 if num_sink_tokens is None else check_int("num_sink_tokens", num_sink_tokens, 0, limit - 1)
     return limit, sinks
