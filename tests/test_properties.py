@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.common import build_tiny_model, left_padded_batch
+from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import generated_step_logits
 
 ATOL = 1e-5
@@ -70,7 +71,9 @@ def test_bounded_generation_equals_banded_reference(run):
     seen = torch.tensor(run["lengths"]) + run["new"] - 1
     kept = output.past_key_values.kept_lengths()
     assert torch.equal(kept, seen.clamp(max=limit)), (kept, seen, limit)
-    assert all(layer.keys.shape[-2] == limit + 1 for layer in output.past_key_values.layers)
+    # the ring grows with what it holds, up to L + 1 slots (tests/growth_spec.py)
+    slots = ring_capacities(forward_widths(ids.shape[1], run["chunk"], run["new"]), limit + 1)[-1]
+    assert all(layer.keys.shape[-2] == slots for layer in output.past_key_values.layers)
 
 
 @settings(max_examples=60, deadline=None)
