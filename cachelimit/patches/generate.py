@@ -13,6 +13,7 @@ import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
+from ..attention_order import attentions_in_sequence_order
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
 from ..window_cache import BoundedCache
@@ -117,12 +118,12 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
     original = original_attribute(type(self), "generate")
     if cache_limit is None and num_sink_tokens is None:
         return original(self, inputs, generation_config, *args, **kwargs)
-    kwargs["past_key_values"] = check_bounded_run(
-        self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
-    )
-    return original(
-        self, inputs, generation_config, *args, cache_limit=cache_limit, num_sink_tokens=num_sink_tokens, **kwargs
-    )
+    cache = check_bounded_run(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
+    kwargs["past_key_values"] = cache
+    with attentions_in_sequence_order(self, cache):  # output_attentions: key columns in sequence order
+        return original(
+            self, inputs, generation_config, *args, cache_limit=cache_limit, num_sink_tokens=num_sink_tokens, **kwargs
+        )
 
 
 def set_cache_implementation(self, name: str, **kwargs: Any) -> None:
