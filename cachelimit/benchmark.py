@@ -5,7 +5,8 @@ window (Mistral `sliding_window = L + 1`, dynamic and static layers: they copy t
 cachelimit (`cache_limit=L`, and with 4 sinks), and an "ideal" cache that only writes each new token in place into
 L + 1 preallocated slots (the speed bound). Each run is timed through `model.generate` and runs in a fresh process,
 so its peak RSS is its own. The grid runs start from an L-token prompt, so every timed step decodes with a full
-window; one long run (8k tokens, L=1024) shows the window filling, then staying flat in time and memory.
+window; one long run (8k tokens, L=1024) shows the window filling, then staying flat in time and memory; the "cap"
+scenario (`bench.cap`) checks that a limit far above the length costs what the unbounded cache costs.
 
 Entry point: `main(argv)` (also `cachelimit bench`, `python benchmarks/run_benchmarks.py`).
 """
@@ -19,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .bench.cap import CAP_PROMPT, cap_variants
+
 VARIANTS = {
     "dynamic": "unbounded DynamicCache",
     "native_sliding": "transformers sliding window (dynamic layer: cat + slice)",
@@ -31,7 +34,8 @@ NATIVE = ("native_sliding", "native_static")  # need a native sliding window: Mi
 MODELS = ("mistral", "gpt2")
 LONG_VARIANTS = ("dynamic", "native_sliding", "cachelimit", "ideal")
 FULL = {"shape": "full", "limits": [128, 512, 1024, 2048], "batches": [1, 4], "tokens": 128, "long_tokens": 8192}
-QUICK = {"shape": "quick", "limits": [128, 512], "batches": [1], "tokens": 48, "long_tokens": 768}
+FULL["cap_tokens"] = 512
+QUICK = {"shape": "quick", "limits": [128, 512], "batches": [1], "tokens": 48, "long_tokens": 768, "cap_tokens": 128}
 
 
 def _int_list(text: str) -> list[int]:
@@ -82,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=int, default=1, help="fresh runs per grid cell and variant, in alternating order (1)"
     )
     parser.add_argument("--long-limit", type=int, default=None, help="cache limit of the long run (1024; quick: 128)")
+    parser.add_argument(
+        "--cap-tokens",
+        type=int,
+        help="tokens of the cap scenario: limits 100x the length, 2**30 and one crossed half-way, vs unbounded "
+        "(512; quick: 128; 0: skip)",
+    )
+    parser.add_argument("--cap-only", action="store_true", help="run only the cap scenario (no grid, no long run)")
     parser.add_argument("--limits", type=_int_list, help="cache limits L, e.g. 128,512,1024,2048")
     parser.add_argument("--batches", type=_int_list, help="batch sizes, e.g. 1,4")
     parser.add_argument("--models", type=_choices(MODELS), default=list(MODELS), help="mistral,gpt2")
@@ -112,6 +123,8 @@ def resolve(args: argparse.Namespace) -> dict:
         "tokens": args.tokens if args.tokens is not None else mode["tokens"],
         "long_tokens": args.long_tokens if args.long_tokens is not None else mode["long_tokens"],
         "long_limit": args.long_limit or (128 if args.quick else 1024),
+        "cap_tokens": args.cap_tokens if args.cap_tokens is not None else mode["cap_tokens"],
+        "cap_only": args.cap_only,
         "models": args.models,
         "variants": args.variants,
         "repeats": args.repeats,
@@ -120,7 +133,7 @@ def resolve(args: argparse.Namespace) -> dict:
         "shared_process": args.shared_process or args.quick,
         "quick": args.quick,
     }
-    for name, minimum in (("tokens", 2), ("long_tokens", 0), ("repeats", 1), ("long_limit", 1)):
+    for name, minimum in (("tokens", 2), ("long_tokens", 0), ("repeats", 1), ("long_limit", 1), ("cap_tokens", 0)):
         if settings[name] < minimum:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {minimum}, got {settings[name]}")
     return settings
@@ -130,6 +143,22 @@ def plan(settings: dict) -> list[dict]:
     """Every run of the sweep: the grid (L-token prompt: the window is full from the first step), then the long run.
     Repeats of a cell alternate the order of the variants, so a slow spell of the machine does not always hit the
     same one."""
+    jobs = [] if settings.get("cap_only") else _grid_and_long_jobs(settings)
+    if settings.get("cap_tokens") and "mistral" in settings["models"]:
+        variants = cap_variants(settings["cap_tokens"])
+        for repeat in range(settings["repeats"]):
+            for variant, limit, _ in variants if repeat % 2 == 0 else variants[::-1]:
+                job = _job(settings, "cap", "mistral", variant, limit, 1, CAP_PROMPT, settings["cap_tokens"])
+                jobs.append({**job, "repeat": repeat, "sample_every": 1})  # KV bytes after every step
+    positions = {family: 0 for family in MODELS}
+    for job in jobs:
+        positions[job["family"]] = max(positions[job["family"]], job["prompt_tokens"] + job["new_tokens"])
+    for job in jobs:  # one size per family and sweep: GPT-2's position table is part of its (shared) weights
+        job["positions"] = -(-positions[job["family"]] // 256) * 256
+    return jobs
+
+
+def _grid_and_long_jobs(settings: dict) -> list[dict]:
     jobs = []
     for family in settings["models"]:
         variants = [v for v in settings["variants"] if family == "mistral" or v not in NATIVE]
@@ -145,11 +174,6 @@ def plan(settings: dict) -> list[dict]:
             limit = settings["long_limit"]
             job = _job(settings, "long", "mistral", variant, limit, 1, long_prompt, settings["long_tokens"])
             jobs.append({**job, "repeat": 0})
-    positions = {family: 0 for family in MODELS}
-    for job in jobs:
-        positions[job["family"]] = max(positions[job["family"]], job["prompt_tokens"] + job["new_tokens"])
-    for job in jobs:  # one size per family and sweep: GPT-2's position table is part of its (shared) weights
-        job["positions"] = -(-positions[job["family"]] // 256) * 256
     return jobs
 
 

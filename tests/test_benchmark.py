@@ -139,6 +139,7 @@ class EndToEndTest(unittest.TestCase):
     def test_tiny_sweep_writes_json_table_and_plots(self):
         with tempfile.TemporaryDirectory() as out:
             options = "--quick --limits 8 --tokens 6 --repeats 2 --long-tokens 40 --long-limit 8 --models mistral"
+            options += " --cap-tokens 0"  # the cap scenario: tests/test_bench_cap.py
             argv = [*options.split(), "--variants", "cachelimit,native_sliding,ideal", "--threads", "1", "--out", out]
             self.assertEqual(benchmark.main(argv), 0)
             payload = json.loads((Path(out) / "results.json").read_text())

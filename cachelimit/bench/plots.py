@@ -27,7 +27,7 @@ def _curve_runs(results: list[dict]) -> list[dict]:
     long_runs = [run for run in results if run["role"] == "long"]
     if long_runs:
         return long_runs
-    grid = [run for run in results if run["family"] == "mistral" and run["batch"] == 1]
+    grid = [run for run in results if run["role"] == "grid" and run["family"] == "mistral" and run["batch"] == 1]
     largest = max((run["limit"] for run in grid), default=None)
     return [run for run in grid if run["limit"] == largest]
 

@@ -119,7 +119,8 @@ def estimate(jobs: list[dict], settings: dict, figures: dict | None) -> float | 
     for job in jobs:
         family, batch = figures["families"][job["family"]], str(job["batch"])
         dynamic = job["variant"] == "dynamic"
-        context = job["prompt_tokens"] + job["new_tokens"] / 2 if dynamic else job["limit"] + 1
+        context = job["prompt_tokens"] + job["new_tokens"] / 2  # the cache's mean length over the run
+        context = context if dynamic else min(context, job["limit"] + 1)  # a bounded ring holds at most L + 1
         touches = {"dynamic": 3, "native_sliding": 3, "native_static": 5}.get(job["variant"], 1)
         kv_bytes = touches * context * family["kv_bytes_per_position"] * job["batch"]
         step = family["step_ms"][batch] / 1e3 + kv_bytes / figures["copy_bytes_per_s"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .report import find
+from .stats import find
 
 SHORT = {
     "dynamic": "dynamic",
@@ -81,17 +81,12 @@ def targets_table(rows: list[dict]) -> str:
 
 
 def report_markdown(summaries, long_stats, rows, meta, settings) -> str:
-    long_tokens = long_stats[0]["new_tokens"] if long_stats else 0
     threads = meta["torch_threads"]
-    return "\n\n".join(
-        [
-            f"## Targets (measured in one sweep; {meta['usable_cores']} cores, torch threads {threads})",
-            targets_table(rows),
-            "## Median ms per decode step (IQR), window full (prompt of L tokens)",
-            grid_table(summaries),
-            f"## Long run ({long_tokens} tokens, L={settings['long_limit']}, batch 1)",
-            long_table(long_stats),
-            "## All runs",
-            detail_table(summaries),
-        ]
-    )
+    sections = [f"## Targets (measured in one sweep; {meta['usable_cores']} cores, torch threads {threads})"]
+    sections.append(targets_table(rows))
+    if any(s["role"] == "grid" for s in summaries):
+        sections += ["## Median ms per decode step (IQR), window full (prompt of L tokens)", grid_table(summaries)]
+    if long_stats:
+        title = f"## Long run ({long_stats[0]['new_tokens']} tokens, L={settings['long_limit']}, batch 1)"
+        sections += [title, long_table(long_stats)]
+    return "\n\n".join([*sections, "## All runs", detail_table(summaries)])
