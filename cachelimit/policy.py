@@ -33,10 +33,11 @@ class WindowPolicy:
 
     @property
     def ring_size(self) -> int:
-        """Ring slots: the recent positions plus the slot the next token is written into."""
+        """Ring slots once the window is full: the recent positions plus the slot the next token is written into
+        (the ring is allocated only as it fills; see `step_plan`)."""
         return self.recent + 1
 
     @property
     def slots(self) -> int:
-        """Slots per layer in the attended buffer (sinks + ring)."""
+        """The most slots a layer ever holds (sinks + full ring); a cap, never allocated up front."""
         return self.num_sinks + self.ring_size

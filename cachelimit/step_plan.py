@@ -48,7 +48,7 @@ class RowState:
     # Bounds (over all rows) that tell when the next token may read every slot: the mask is then all-true.
     last_pad_column: int = -1  # newest column that is a pad in some row (-1: none)
     last_sink_column: int = -1  # newest sink column of any row, once the sinks are complete
-    full_masks: dict = field(default_factory=dict)  # all-true masks (and their converted 4D forms), reused
+    full_masks: dict = field(default_factory=dict)  # all-true visibility (and its converted 4D forms), reused
 
     @classmethod
     def empty(cls, batch_size: int, policy: WindowPolicy, device: torch.device) -> RowState:
@@ -74,11 +74,15 @@ class RowState:
         self.ring_real = self.ring_real.index_select(0, index)
 
     def full_allowed(self, batch: int, keys: int, device: torch.device) -> torch.Tensor:
-        """The [B, 1, keys] all-true visibility of a decode step that reads every slot (built once, then reused)."""
-        allowed = self.full_masks.get((batch, keys))
-        if allowed is None:
-            allowed = self.full_masks[(batch, keys)] = torch.ones(batch, 1, keys, dtype=torch.bool, device=device)
-        return allowed
+        """The [B, 1, keys] all-true visibility of a decode step that reads every slot: a view of one cached
+        tensor, rebuilt (at least twice as wide) only when the keys outgrow it, so growing costs O(1) per token."""
+        allowed = self.full_masks.get(("allowed", batch))
+        if allowed is None or allowed.shape[-1] < keys:
+            width = max(keys, 0 if allowed is None else 2 * allowed.shape[-1])
+            allowed = self.full_masks[("allowed", batch)] = torch.ones(
+                batch, 1, width, dtype=torch.bool, device=device
+            )
+        return allowed[:, :, :keys]
 
 
 @dataclass
@@ -105,19 +109,29 @@ class StepPlan:
 
 
 def _reads_every_slot(state: RowState, policy: WindowPolicy, start: int) -> bool:
-    """Whether a real token decoded at column `start` reads every slot: the ring is full of real tokens (no pad
-    among the last R columns) and every sink has left the window (so no sink slot duplicates a ring slot)."""
-    oldest = start - policy.recent  # oldest column of the window besides the sinks (= start - R + 1)
-    if oldest < 0 or state.capacity < policy.ring_size or state.last_pad_column >= oldest:
+    """Whether a real token decoded at column `start` reads every slot it is given: no pad among the ring slots
+    written so far (the last min(start + 1, R) columns), and no sinks, or every sink has left the window (a sink
+    still inside it is read through the ring, its sink slot masked). Before the ring is full that holds for a
+    batch without pads and without sinks (a cap far above the length); after, for a full ring of real tokens."""
+    oldest = start + 1 - min(start + 1, policy.ring_size)  # oldest column among the slots the token reads
+    if state.last_pad_column >= oldest:
         return False
-    return policy.num_sinks == 0 or (state.sinks_complete and state.last_sink_column < oldest)
+    lowest = start - policy.recent  # oldest column of the window besides the sinks
+    return policy.num_sinks == 0 or (state.sinks_complete and state.last_sink_column < lowest)
 
 
 def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) -> StepPlan:
-    """A decode step that reads every slot: nothing to compute but the slot, the positions and the sink shift."""
+    """A decode step that reads every slot: nothing to compute but the slot, the capacity, the positions and the
+    sink shift; the all-true visibility (and its converted mask, see `utils.masks`) is reused."""
     batch, sinks, ring = state.num_real.shape[0], policy.num_sinks, policy.ring_size
+    visible = min(start + 1, ring)
+    capacity = grown_capacity(state.capacity, visible, ring)
+    if capacity > state.capacity:
+        grown = state.ring_real.new_zeros(batch, capacity)
+        grown[:, : state.capacity] = state.ring_real
+        state.ring_real = grown
     slot = start % ring
-    if start - ring <= state.last_pad_column:  # the slot held a pad until now
+    if start < ring or start - ring <= state.last_pad_column:  # the slot was empty or held a pad until now
         state.ring_real[:, slot] = True
     positions = state.num_real[:, None]
     sink_cos = sink_sin = None
@@ -125,13 +139,12 @@ def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) ->
         sink_cos, sink_sin = rotary.cos_sin((positions - policy.limit).clamp(min=0).expand(batch, sinks))
     state.cursor += 1
     state.num_real = state.num_real + 1
-    allowed = state.full_allowed(batch, sinks + ring, positions.device)
     return StepPlan(
         start=start,
         num_new=1,
         decode=True,
-        capacity=ring,
-        visible=ring,
+        capacity=capacity,
+        visible=visible,
         ring_slot=slot,
         past_slots=None,
         ring_source=None,
@@ -142,7 +155,7 @@ def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) ->
         sink_cos=sink_cos,
         sink_sin=sink_sin,
         positions=positions,
-        allowed=allowed,
+        allowed=state.full_allowed(batch, sinks + visible, positions.device),
         full_masks=state.full_masks,
     )
 

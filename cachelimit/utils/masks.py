@@ -29,12 +29,16 @@ def attention_mask_for(config, allowed: torch.Tensor, dtype: torch.dtype) -> tor
 
 def step_attention_mask(config, plan, dtype: torch.dtype) -> torch.Tensor:
     """The 4D mask of a planned step (`plan.allowed` converted by `attention_mask_for`). A decode step that reads
-    every slot (a full ring of real tokens) has the same all-true visibility step after step: its converted mask
-    is built once and reused (the plan's `full_masks`), so a steady decode step builds no mask at all."""
+    every slot (`plan.full_masks` set) has an all-true visibility: its converted mask is a view of one converted
+    all-true row kept in `plan.full_masks` (rebuilt at least twice as wide when the keys outgrow it), so such a
+    step converts no mask at all."""
     if plan.full_masks is None:
         return attention_mask_for(config, plan.allowed, dtype)
-    key = (config._attn_implementation, dtype, tuple(plan.allowed.shape))
+    batch, _, keys = plan.allowed.shape
+    key = (config._attn_implementation, dtype, batch)
     mask = plan.full_masks.get(key)
-    if mask is None:
-        mask = plan.full_masks[key] = attention_mask_for(config, plan.allowed, dtype)
-    return mask
+    if mask is None or mask.shape[-1] < keys:
+        width = max(keys, 0 if mask is None else 2 * mask.shape[-1])
+        every_key = torch.ones(batch, 1, width, dtype=torch.bool, device=plan.allowed.device)
+        mask = plan.full_masks[key] = attention_mask_for(config, every_key, dtype)
+    return mask[..., :keys]
