@@ -30,7 +30,7 @@ from transformers import GenerationConfig, PretrainedConfig
 from transformers.cache_utils import Cache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
-from .patches.applier import family_of
+from .patches.applier import family_of, install_on_patch
 from .patches.generate import _resolved_config, effective_limit
 from .utils.validation import check_int
 
@@ -294,3 +294,7 @@ def set_cache_implementation(model, name: str, **kwargs: Any) -> None:
         fixed = factory(model.config, model.generation_config, **kwargs)
         _check_bounded(model, name, fixed)
     model._cachelimit_setting = None if factory is dynamic else CacheSetting(name, factory, dict(kwargs), fixed)
+
+
+# Installed as a method on every patched model class: `model.set_cache_implementation(name, **kwargs)`.
+install_on_patch("set_cache_implementation", set_cache_implementation)

@@ -2,7 +2,7 @@
 
 Every check compares a bounded run with an independent reference (`tests.reference`): the banded
 full-sequence forward, or transformers' own unbounded / unpatched generation where they must agree.
-A subclass sets `family` and `uses_rope` and mixes this into a `unittest.TestCase`.
+A subclass sets `family` (the rest comes from its declaration) and mixes this into a `unittest.TestCase`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 
 import cachelimit
 from cachelimit import BoundedCache, BoundedLayer
-from tests.common import PAD, VOCAB, build_tiny_model, left_padded_batch
+from tests.common import PAD, VOCAB, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 from tests.reference import extended_mask, generated_step_logits
 
@@ -25,12 +25,11 @@ BF16_ATOL = 8e-3  # bf16 run vs bf16 reference: ~2 bf16 ulps at the logits' scal
 NEW = 8
 
 
-class BoundedGenerationTesterMixin:
-    family: str
-    uses_rope: bool
-
+class BoundedGenerationTesterMixin(FamilyTestBase):
     # ---- helpers -------------------------------------------------------------------------------------------
-    def build(self, attn: str = "sdpa", dtype: torch.dtype = torch.float32, layers: int = 2, seed: int = 0, **kw):
+    def build(self, attn: str | None = None, dtype: torch.dtype = torch.float32, layers: int = 2, seed: int = 0, **kw):
+        attn = attn or self.declaration.attention[-1]
+        self.require_attention(attn)
         return build_tiny_model(self.family, attn, dtype, seed, layers=layers, **kw)
 
     def bounded(self, model, ids, mask, limit, **kwargs):
@@ -247,10 +246,9 @@ class BoundedGenerationTesterMixin:
         ids, mask = left_padded_batch([9, 4], seed=10)
         for sinks in (0, 2):
             cache = self.bounded(model, ids, mask, 5, num_sink_tokens=sinks or None).past_key_values
-            heads = getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads
-            head_dim = model.config.hidden_size // model.config.num_attention_heads
-            per_slot = 2 * heads * head_dim * 4  # keys + values, float32
-            sink_copies = sinks * heads * head_dim * 4 if self.uses_rope else 0  # un-rotated sink keys
+            per_head = kv_heads(model.config) * head_dim(model.config) * 4  # float32
+            per_slot = 2 * per_head  # keys + values
+            sink_copies = sinks * per_head if self.uses_rope else 0  # un-rotated sink keys
             self.assertEqual(cache.kv_bytes(), 3 * 2 * (6 * per_slot + sink_copies))
 
     # ---- continuing, and the unbounded path ---------------------------------------------------------------------

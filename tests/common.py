@@ -1,33 +1,18 @@
-"""Tiny seeded models for the tests: no hub, a few hundred parameters per layer, two or more layers."""
+"""Tiny seeded models for the tests: no hub, a few hundred parameters per layer, two or more layers.
+
+Every family's shape comes from its own declaration (`cachelimit.FAMILIES[name].tiny_config`), so a new
+family needs nothing here.
+"""
 
 from __future__ import annotations
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 import cachelimit
+from cachelimit.family import ROPE
 
 VOCAB = 61
 PAD = 0
-
-_SHAPES = {
-    "gpt2": (GPT2LMHeadModel, GPT2Config, {"n_embd": 32, "n_head": 4, "n_positions": 256}),
-    "llama": (LlamaForCausalLM, LlamaConfig, {}),
-    "mistral": (MistralForCausalLM, MistralConfig, {"sliding_window": None}),
-}
-_ROPE_SHAPE = {
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 1024,
-}
-
-
-def _build(family: str, layers: int = 2, **overrides):
-    model_class, config_class, shape = _SHAPES[family]
-    depth = {"n_layer": layers} if family == "gpt2" else {"num_hidden_layers": layers, **_ROPE_SHAPE}
-    return model_class(config_class(**{"vocab_size": VOCAB, **depth, **shape, **overrides}))
 
 
 def build_tiny_model(
@@ -35,13 +20,16 @@ def build_tiny_model(
     attn_implementation: str = "sdpa",
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    layers: int = 2,
     **config_overrides,
 ):
     """A randomly initialised (seeded) model of `family`, in eval mode, patched, with no EOS so runs are never
     cut short (tests that want EOS set it themselves). `layers=N` sets the depth (default 2)."""
     cachelimit.patch(family)
+    declaration = cachelimit.FAMILIES[family]
+    config = declaration.tiny(layers, VOCAB, **config_overrides)
     torch.manual_seed(seed)
-    model = _build(family, **config_overrides)
+    model = declaration.model_classes[0](config)
     model.set_attn_implementation(attn_implementation)
     model = model.to(dtype).eval()
     model.generation_config.eos_token_id = None
@@ -60,3 +48,29 @@ def left_padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, 
         ids[row, width - length :] = torch.randint(1, VOCAB, (length,), generator=generator)
         mask[row, width - length :] = 1
     return ids, mask
+
+
+class FamilyTestBase:
+    """What every family test reads from the family's declaration (`cachelimit.FAMILIES[family]`)."""
+
+    family: str
+
+    @property
+    def declaration(self) -> cachelimit.Family:
+        return cachelimit.FAMILIES[self.family]
+
+    @property
+    def uses_rope(self) -> bool:
+        return self.declaration.positions == ROPE
+
+    def require_attention(self, attn: str) -> None:
+        if attn not in self.declaration.attention:
+            self.skipTest(f"{self.family} runs with attention {self.declaration.attention} only (transformers)")
+
+
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def kv_heads(config) -> int:
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads

@@ -14,8 +14,9 @@
    have since left the window. Re-running the window from scratch recomputes that key from a shorter context,
    so from the second layer on it answers a different question (it only matches a one-layer model).
 
-2. `native_sliding_window_model`: transformers' own Mistral sliding window (`sliding_window = L + 1`), run
-   through the unpatched code path (`cache_limit=None`), as a second oracle that shares no code with
+2. `native_sliding_window_model`: transformers' own sliding window (`sliding_window = L + 1` on every layer:
+   Mistral, Mixtral, Qwen2/3 with `use_sliding_window`, Phi-3, Starcoder2, Gemma 2/3 with every layer sliding,
+   ...), run through the unpatched code path (`cache_limit=None`), as a second oracle that shares no code with
    cachelimit. It reads every prompt token with the window too, so it matches a bounded run whose prefill is
    windowed (`prefill_chunk_size`) or whose prompt is no longer than L + 1.
 """
@@ -26,7 +27,6 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from transformers import MistralForCausalLM
 
 from cachelimit.utils.masks import attention_mask_for
 
@@ -103,22 +103,43 @@ def generated_step_logits(
     mask = extended_mask(prompt_mask, sequences)
     if full_attention_spans is None:
         full_attention_spans = [] if window_prefill else [(0, prompt)]
-    native = getattr(model.config, "sliding_window", None)
+    native = uniform_native_window(model.config)
     visibility = banded_visibility(mask, limit, full_attention_spans, native_window=native)
     return banded_logits(model, sequences, mask, visibility)[:, prompt - 1 : -1].float()
 
 
-def native_sliding_window_model(model: MistralForCausalLM, window: int) -> MistralForCausalLM:
-    """A copy of `model` (same weights, attention implementation, dtype and generation config) whose config
-    has transformers' native `sliding_window = window`: every token reads at most `window` keys, itself
-    included. Generate with it with `cache_limit=None` so only transformers' own code runs."""
-    if not isinstance(model, MistralForCausalLM):
-        raise TypeError(f"the native sliding-window oracle needs a MistralForCausalLM, got {type(model).__name__}")
+def uniform_native_window(config) -> int | None:
+    """The model's own window when every layer slides (read from `config.layer_types` where the config has it,
+    else from `sliding_window` alone, as transformers' modeling code does); None when no layer slides."""
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        kinds = set(layer_types)
+        if kinds == {"full_attention"}:
+            return None
+        if kinds != {"sliding_attention"}:
+            raise ValueError(f"the banded reference serves one attention type for all layers, got {sorted(kinds)}")
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def native_sliding_window_model(model, window: int, **config_overrides):
+    """A copy of `model` (same class, weights, attention implementation, dtype and generation config) whose
+    config gives EVERY layer transformers' native `sliding_window = window`: every token reads at most `window`
+    keys, itself included. `config_overrides` are the family's switches for it (Qwen2: `use_sliding_window`,
+    `max_window_layers=0`); `layer_types`, where the config has them, become all sliding. Generate with it with
+    `cache_limit=None` so only transformers' own code runs."""
     config = copy.deepcopy(model.config)
+    for name, value in config_overrides.items():
+        if name != "layer_types":  # set below, for every layer
+            setattr(config, name, value)
     config.sliding_window = window
-    oracle = MistralForCausalLM(config)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = ["sliding_attention"] * config.num_hidden_layers
+    oracle = type(model)(config)
     oracle.load_state_dict(model.state_dict())
     oracle.set_attn_implementation(model.config._attn_implementation)
     oracle = oracle.to(model.dtype).eval()
     oracle.generation_config = copy.deepcopy(model.generation_config)
+    if uniform_native_window(oracle.config) != window:
+        raise ValueError(f"{type(model).__name__}: the overrides {config_overrides} do not make every layer slide")
     return oracle

@@ -3,7 +3,7 @@
 Every bounded run is compared with an independent reference (`tests.sink_reference`): for GPT-2 the banded
 full-sequence forward with sink columns, for RoPE models a slow StreamingLLM loop that re-rotates every kept
 key to its cache-relative position and lets the model itself compute attention. A subclass sets `family` and
-`uses_rope` and mixes this into a `unittest.TestCase`.
+mixes this into a `unittest.TestCase`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from parameterized import parameterized
 
-from tests.common import VOCAB, build_tiny_model, left_padded_batch
-from tests.sink_reference import StreamingReference, gpt2_reference_logits
+from tests.common import VOCAB, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
+from tests.sink_reference import StreamingReference, banded_sink_logits
 
 ATTENTION = ("eager", "sdpa")
 # (num_sinks, limit, prompt length): prompts shorter and longer than L, S up to L - 1, a prompt shorter than S.
@@ -39,9 +39,8 @@ def full_mask(prompt_mask: torch.Tensor, sequences: torch.Tensor) -> torch.Tenso
     return torch.cat([prompt_mask, prompt_mask.new_ones(sequences.shape[0], extra)], dim=1)
 
 
-class SinkTesterMixin:
-    family: str
-    uses_rope: bool
+class SinkHelpers(FamilyTestBase):
+    """Running a sink generation and comparing it with the family's independent reference."""
 
     @property
     def sink_atol(self) -> float:
@@ -49,7 +48,9 @@ class SinkTesterMixin:
         return 1e-4 if self.uses_rope else 1e-5
 
     # ---- helpers -------------------------------------------------------------------------------------------
-    def sink_build(self, attn: str = "sdpa", **overrides):
+    def sink_build(self, attn: str | None = None, **overrides):
+        attn = attn or self.declaration.attention[-1]
+        self.require_attention(attn)
         return build_tiny_model(self.family, attn, **overrides)
 
     def run_sinks(self, model, ids, mask, limit, sinks, new, **kwargs):
@@ -71,7 +72,7 @@ class SinkTesterMixin:
         width, new = ids.shape[1], logits.shape[1]
         if not self.uses_rope:
             spans = [] if window_prefill else [(0, width)]
-            expected = gpt2_reference_logits(model, out.sequences, full_mask(mask, out.sequences), limit, sinks, spans)
+            expected = banded_sink_logits(model, out.sequences, full_mask(mask, out.sequences), limit, sinks, spans)
             expected = expected[:, width - 1 : -1]
             torch.testing.assert_close(logits, expected, atol=self.sink_atol, rtol=0)
             self.assertTrue(torch.equal(expected.argmax(-1), out.sequences[:, width:]))
@@ -79,12 +80,13 @@ class SinkTesterMixin:
         for row in range(ids.shape[0]):
             prompt = ids[row : row + 1, mask[row].bool()]
             reference = StreamingReference(model, limit, sinks)
-            try:
-                tokens, expected = reference.greedy(prompt, new, token_by_token_prefill=window_prefill)
-            finally:
-                reference.close()
+            tokens, expected = reference.greedy(prompt, new, token_by_token_prefill=window_prefill)
             self.assertEqual(out.sequences[row, width:].tolist(), tokens.tolist(), f"row {row}")
             torch.testing.assert_close(logits[row], expected, atol=self.sink_atol, rtol=0, msg=f"row {row}")
+
+
+class SinkTesterMixin(SinkHelpers):
+    """The full attention-sink matrix (run on the representative families)."""
 
     # ---- greedy decoding vs the reference -------------------------------------------------------------------
     @parameterized.expand(cases_with_attention(GREEDY_CASES))
@@ -113,10 +115,9 @@ class SinkTesterMixin:
             if self.uses_rope:
                 reference = StreamingReference(model, limit, **variant)
                 expected = reference.greedy(ids, new)[1][None]
-                reference.close()
             else:
                 sequence_mask = full_mask(mask, out.sequences)
-                expected = gpt2_reference_logits(
+                expected = banded_sink_logits(
                     model, out.sequences, sequence_mask, limit, variant["num_sinks"], [(0, prompt_length)]
                 )[:, prompt_length - 1 : -1]
             self.assertGreater((logits - expected).abs().max().item(), 10 * self.sink_atol, variant)
@@ -192,7 +193,7 @@ class SinkTesterMixin:
             resume_column = prompt_length + first_new - 1  # the last generated token had not been read yet
             spans = [(0, prompt_length)] + ([(resume_column, width)] if chunk is None else [])
             sequences = second.sequences
-            reference = gpt2_reference_logits(model, sequences, torch.ones_like(sequences), limit, sinks, spans)[0]
+            reference = banded_sink_logits(model, sequences, torch.ones_like(sequences), limit, sinks, spans)[0]
             expected = torch.cat([reference[prompt_length - 1 : resume_column], reference[width - 1 : -1]])
             self.assertEqual(expected.argmax(-1).tolist(), generated.tolist())
         torch.testing.assert_close(logits, expected, atol=self.sink_atol, rtol=0)
@@ -201,16 +202,13 @@ class SinkTesterMixin:
     def sink_streaming_with_appended(model, ids, extra, limit, sinks, first_new, second_new, chunk):
         """StreamingLLM: greedy, then the last token + `extra` at once (or one by one), then greedy again."""
         reference = StreamingReference(model, limit, sinks)
-        try:
-            first_tokens, first_logits = reference.greedy(ids, first_new)
-            appended = torch.cat([first_tokens[-1:][None], extra], 1)
-            if chunk is None:
-                last = reference.feed(appended)[-1]
-            else:
-                last = [reference.feed(appended[:, i : i + 1]) for i in range(appended.shape[1])][-1][-1]
-            second_tokens, second_logits = reference.continue_greedy(last, second_new)
-        finally:
-            reference.close()
+        first_tokens, first_logits = reference.greedy(ids, first_new)
+        appended = torch.cat([first_tokens[-1:][None], extra], 1)
+        if chunk is None:
+            last = reference.feed(appended)[-1]
+        else:
+            last = [reference.feed(appended[:, i : i + 1]) for i in range(appended.shape[1])][-1][-1]
+        second_tokens, second_logits = reference.continue_greedy(last, second_new)
         return torch.cat([first_tokens, second_tokens]), torch.cat([first_logits, second_logits])
 
     # ---- chunked (windowed) prefill -----------------------------------------------------------------------------
@@ -246,10 +244,8 @@ class SinkTesterMixin:
         self.assertEqual(kept, expected)
         self.assertLessEqual(max(max(step) for step in kept), limit)
         config = model.config
-        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = config.hidden_size // config.num_attention_heads
         slots_per_layer = 2 * (limit + 1) + (sinks if self.uses_rope else 0)  # keys+values, plus un-rotated sinks
-        per_layer = len(lengths) * kv_heads * head_dim * slots_per_layer * 4  # float32
+        per_layer = len(lengths) * kv_heads(config) * head_dim(config) * slots_per_layer * 4  # float32
         self.assertEqual(out.past_key_values.kv_bytes(), config.num_hidden_layers * per_layer)
 
     # ---- bad input: rejected before any token --------------------------------------------------------------------

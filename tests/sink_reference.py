@@ -2,19 +2,26 @@
 
 Neither reference uses `cachelimit`'s step plan or cache; both let the unmodified model compute attention.
 
-GPT-2 (learned absolute positions, sinks keep their written positions): ONE full-sequence forward without a
+Learned absolute positions (GPT-2, OPT: sinks keep their written positions): ONE full-sequence forward without a
 cache, with an explicit visibility matrix and explicit positions `(mask.cumsum(-1) - 1).clamp(min=0)`. Query `i`
 reads key `j <= i` (a real token) if `j` is in its window (the last `L - S` columns before it), or is one of the
 row's first `S` real tokens, or (for a query of a multi-token full-attention forward starting at column `s`)
 `j >= s - (L - S)`, i.e. the kept past plus everything new. It always reads itself, so pad queries stay finite.
 
-RoPE (llama, mistral): `StreamingReference` does it the original StreamingLLM way, one forward per step:
-- forward hooks on every layer's `k_proj` / `v_proj` record each token's *un-rotated* key and its value at the
-  moment the token is processed (so later layers keep the keys computed from what the token attended to then;
-  llama and mistral apply nothing between `k_proj` and the rotation);
+RoPE (every RoPE family): `StreamingReference` does it the original StreamingLLM way, one forward per step:
+- every token's *un-rotated* key and its value are recorded at the moment the token is processed (so later
+  layers keep the keys computed from what the token attended to then): the model's own
+  `apply_rotary_pos_emb` (looked up by the attention at call time in its modeling module) is wrapped to
+  record the key it is given, i.e. after whatever the family applies first (q/k norms in Qwen3, OLMo 2,
+  Gemma 3; the split of a fused qkv projection in GPT-NeoX, Phi-3; the rotary slice in Phi), and a recording
+  cache pairs it with the layer that stores it. A layer that stores a key without rotating it (SmolLM3's
+  NoPE layers) records the stored key itself;
+- the rotation of each layer at each position is read from the model's own forward too: one probe forward
+  over positions 0..N-1 records the cos/sin every layer's `apply_rotary_pos_emb` receives (Gemma 3's local
+  and global bases, partial rotary dims), so no rotary module is looked up here;
 - before each forward the kept tokens (the first `S` tokens + the most recent `L - S`) are put in a fresh
-  transformers `DynamicCache`, every key rotated (with the model's own `rotary_emb` and its modeling module's
-  `apply_rotary_pos_emb`) to its *cache-relative* position: the kept tokens in order sit at 0, 1, 2, ...;
+  transformers `DynamicCache`, every key rotated (with those cos/sin and the model's `apply_rotary_pos_emb`)
+  to its *cache-relative* position: the kept tokens in order sit at 0, 1, 2, ...;
 - the new tokens get `position_ids = number of cached keys + 0, 1, ...`, and the model's own forward computes
   attention over that cache (causal among the new tokens);
 - afterwards the tokens beyond the kept set are dropped.
@@ -66,7 +73,7 @@ def sink_visibility(
 
 
 @torch.no_grad()
-def gpt2_reference_logits(
+def banded_sink_logits(
     model,
     sequences: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -81,71 +88,108 @@ def gpt2_reference_logits(
     return out.logits
 
 
+class _RecordingCache(DynamicCache):
+    """A plain `DynamicCache` that reports what every layer stores during the reference's own forwards."""
+
+    def __init__(self, on_update):
+        super().__init__()
+        self.on_update = on_update
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.on_update is not None:
+            self.on_update(layer_idx, key_states, value_states)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+
 class StreamingReference:
-    """StreamingLLM for one unpadded row of a RoPE model (llama, mistral); see the module docstring."""
+    """StreamingLLM for one unpadded row of a RoPE model (any family); see the module docstring."""
 
     def __init__(self, model, limit: int, num_sinks: int, cache_relative: bool = True):
-        # Raw keys are rotated with the model's own rotary module, attention factor (YaRN) included, as the
-        # model's attention does to every key it caches.
-        rotary = model.model.rotary_emb
         self.model = model
         self.cache_relative = cache_relative  # False: keys keep absolute positions (only to prove the tests can fail)
         self.limit, self.num_sinks = limit, num_sinks
-        self.rotary = rotary
-        self.apply_rotary_pos_emb = sys.modules[type(model.model).__module__].apply_rotary_pos_emb
-        config = model.config
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        layers = model.model.layers
-        self.raw_keys: list[list[torch.Tensor]] = [[] for _ in layers]  # per layer: [1, kv_heads, n, head_dim]
-        self.values: list[list[torch.Tensor]] = [[] for _ in layers]
+        self.modeling = sys.modules[type(model.base_model).__module__]
+        self.apply_rotary_pos_emb = self.modeling.apply_rotary_pos_emb
+        layers = model.config.num_hidden_layers
+        self.raw_keys: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # per layer: [1, kv_heads, n, dim]
+        self.values: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+        self.rotary_dims: list[int | None] = [None] * layers  # dims the layer hands to apply_rotary_pos_emb
+        self.tables: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * layers
+        self.table_length = 0
         self.seen = 0
-        self._recording = False  # only the reference's own forwards are recorded
-        self._hooks = []
-        for index, layer in enumerate(layers):
-            attention = layer.self_attn
-            self._hooks.append(attention.k_proj.register_forward_hook(self._recorder(self.raw_keys[index])))
-            self._hooks.append(attention.v_proj.register_forward_hook(self._recorder(self.values[index])))
+        self._pending = None  # (key, cos, sin) given to apply_rotary_pos_emb since the last cache update
 
-    def _recorder(self, store: list[torch.Tensor]):
-        def record(module, args, output):
-            if not self._recording:
-                return
-            batch, length = output.shape[:2]
-            store.append(output.view(batch, length, -1, self.head_dim).transpose(1, 2))
+    def _recording_apply(self, q, k, cos, sin, *args, **kwargs):
+        self._pending = (k, cos, sin)
+        return self.apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs)
 
-        return record
+    def _forward(self, cache: _RecordingCache, **inputs):
+        """One model forward with `apply_rotary_pos_emb` recorded (and restored afterwards)."""
+        self._pending = None
+        self.modeling.apply_rotary_pos_emb = self._recording_apply
+        try:
+            return self.model(past_key_values=cache, use_cache=True, **inputs)
+        finally:
+            self.modeling.apply_rotary_pos_emb = self.apply_rotary_pos_emb
 
-    def close(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+    def _record_step(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        if self._pending is not None:
+            raw, _, _ = self._pending
+            dims = raw.shape[-1]
+            keys = torch.cat([raw, keys[..., dims:]], dim=-1)  # un-rotated dims + the dims rotation left alone
+            self.rotary_dims[layer] = dims
+        self._pending = None
+        self.raw_keys[layer].append(keys)
+        self.values[layer].append(values)
+
+    def _record_table(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        if self._pending is not None:
+            _, cos, sin = self._pending
+            self.tables[layer] = (cos, sin)
+        self._pending = None
+
+    def _ensure_tables(self, length: int) -> None:
+        """cos/sin of every layer at positions 0..length-1, as the model's own forward computes them."""
+        if length <= self.table_length:
+            return
+        length = max(length, 2 * self.table_length, 64)
+        self.tables = [None] * len(self.tables)
+        tokens = torch.ones(1, length, dtype=torch.long)
+        with torch.no_grad():
+            self._forward(
+                _RecordingCache(self._record_table), input_ids=tokens, position_ids=torch.arange(length)[None]
+            )
+        self.table_length = length
+
+    def _rotate(self, layer: int, raw_keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self.tables[layer] is None:  # a layer without positions
+            return raw_keys
+        cos, sin = (table[:, positions] for table in self.tables[layer])
+        dims = self.rotary_dims[layer]
+        moving = raw_keys[..., :dims]
+        rotated = self.apply_rotary_pos_emb(moving, moving, cos, sin)[1]
+        return torch.cat([rotated, raw_keys[..., dims:]], dim=-1)
 
     def kept_indices(self) -> list[int]:
         """Tokens kept between steps: the first S and the most recent L - S (in order)."""
         recent_start = max(0, self.seen - (self.limit - self.num_sinks))
         return sorted(set(range(min(self.num_sinks, self.seen))) | set(range(recent_start, self.seen)))
 
-    def _rotate(self, raw_keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        cos, sin = self.rotary(raw_keys, positions[None])
-        return self.apply_rotary_pos_emb(raw_keys, raw_keys, cos, sin)[1]
-
     @torch.no_grad()
     def feed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Run `tokens` ([1, k]) against the kept cache; returns their logits [k, V]."""
         kept = torch.tensor(self.kept_indices(), dtype=torch.long)
-        cache = DynamicCache()
+        first = len(kept) if self.cache_relative else self.seen
+        self._ensure_tables(max(first, self.seen) + tokens.shape[1] + 1)
+        cache = _RecordingCache(None)
         if len(kept):
             relative = torch.arange(len(kept)) if self.cache_relative else kept
             for layer, (keys, values) in enumerate(zip(self.raw_keys, self.values, strict=True)):
                 raw = torch.cat(keys, dim=2).index_select(2, kept)
-                cache.update(self._rotate(raw, relative), torch.cat(values, dim=2).index_select(2, kept), layer)
-        first = len(kept) if self.cache_relative else self.seen
+                cache.update(self._rotate(layer, raw, relative), torch.cat(values, dim=2).index_select(2, kept), layer)
+        cache.on_update = self._record_step
         positions = torch.arange(first, first + tokens.shape[1])[None]
-        self._recording = True
-        try:
-            out = self.model(input_ids=tokens, position_ids=positions, past_key_values=cache, use_cache=True)
-        finally:
-            self._recording = False
+        out = self._forward(cache, input_ids=tokens, position_ids=positions)
         self.seen += tokens.shape[1]
         return out.logits[0]
 

@@ -6,12 +6,12 @@ import inspect
 import unittest
 
 import torch
-from transformers import GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM
+from transformers import GPT2LMHeadModel
 
 import cachelimit
 from tests.common import build_tiny_model, left_padded_batch
 
-CLASSES = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM, "mistral": MistralForCausalLM}
+CLASSES = {name: cls for name, family in cachelimit.FAMILIES.items() for cls in family.model_classes}
 METHODS = ("generate", "prepare_inputs_for_generation")
 _MISSING = object()
 
@@ -28,6 +28,21 @@ class ApplierTest(unittest.TestCase):
 
     def test_supported_families(self):
         self.assertEqual(cachelimit.supported_families(), sorted(CLASSES))
+
+    def test_patched_context_manager(self):
+        originals = own_methods()
+        cachelimit.patch("llama")
+        with cachelimit.patched("qwen3", "llama"):
+            self.assertTrue(cachelimit.is_patched("qwen3") and cachelimit.is_patched("llama"))
+        self.assertFalse(cachelimit.is_patched("qwen3"))
+        self.assertTrue(cachelimit.is_patched("llama"))  # patched before the block: stays patched
+        cachelimit.unpatch("llama")
+        with self.assertRaisesRegex(RuntimeError, "inside"), cachelimit.patched():
+            self.assertTrue(all(map(cachelimit.is_patched, cachelimit.supported_families())))
+            raise RuntimeError("inside")
+        self.assertEqual(own_methods(), originals)  # unpatched even when the block raised
+        with self.assertRaisesRegex(ValueError, "supported families: .*qwen3"):
+            cachelimit.patched("gpt3").__enter__()
 
     def test_unpatch_restores_the_original_function_objects(self):
         originals = own_methods()

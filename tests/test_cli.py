@@ -16,7 +16,7 @@ from pathlib import Path
 
 from parameterized import parameterized
 
-from cachelimit import cli
+from cachelimit import cli, supported_families
 from cachelimit.tiny_model import build_tiny_model, build_tokenizer
 
 from .cli_helpers import (
@@ -34,7 +34,7 @@ HELP = [
     ("top", [], ["generate", "demo", "bench"]),
     ("generate", ["generate"], ["MODEL", "--prompt", "--max-new-tokens", "--cache-limit", "--sinks",
                                 "--prefill-chunk-size", "--dtype", "--seed", "--sample", "--greedy",
-                                "gpt2, llama, mistral"]),
+                                ", ".join(supported_families())]),
     ("demo", ["demo"], ["--tokens", "--cache-limit", "--sinks", "--out"]),
     ("bench", ["bench"], ["usage: cachelimit bench", "--quick", "--out"]),
 ]  # fmt: skip
@@ -104,15 +104,14 @@ class TestLoadFailures(FailureMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         import torch
-        from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
+        from transformers import BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel
 
         cls.tmp = tempfile.TemporaryDirectory()
         root = Path(cls.tmp.name)
         tokenizer = build_tokenizer()
         torch.manual_seed(0)
         for name, model in [
-            ("opt", OPTForCausalLM(OPTConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1,
-                                             ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16))),
+            ("bloom", BloomForCausalLM(BloomConfig(vocab_size=len(tokenizer), hidden_size=16, n_layer=1, n_head=2))),
             ("gpt2", GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2,
                                                 n_positions=32))),
         ]:  # fmt: skip
@@ -122,7 +121,7 @@ class TestLoadFailures(FailureMixin, unittest.TestCase):
         cls.root = root
         cls.results = run_cli_concurrently(
             {
-                "opt": ["generate", str(root / "opt"), "--max-new-tokens", "2"],
+                "bloom": ["generate", str(root / "bloom"), "--max-new-tokens", "2"],
                 "hub": ["generate", cls.HUB_NAME, "--max-new-tokens", "2"],
                 "gpt2": ["generate", str(root / "gpt2"), "--prompt", "hi", "--max-new-tokens", "40"],
                 "gpt2_bounded": [
@@ -156,7 +155,7 @@ class TestLoadFailures(FailureMixin, unittest.TestCase):
 
     def test_unsupported_family(self):
         self.assert_one_line_failure(
-            self.results["opt"], 1, "model_type 'opt'", "supported families: gpt2, llama, mistral"
+            self.results["bloom"], 1, "model_type 'bloom'", f"supported families: {', '.join(supported_families())}"
         )
 
     def test_hub_name_offline(self):

@@ -1,4 +1,5 @@
-"""Property tests: random batches, paddings, limits, prompt lengths and chunk sizes, every family.
+"""Property tests: random batches, paddings, limits, prompt lengths and chunk sizes, every representative family
+(those whose test declaration runs the full matrix; see tests/declarations.py).
 
 Each example checks a bounded run against the banded reference (tests.reference) and against its own
 rows run alone, so the fixed grids of the per-family tests are not the only shapes ever exercised.
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.common import build_tiny_model, left_padded_batch
+from tests.declarations import has_native_window_oracle, representative_families
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import generated_step_logits
 
@@ -21,26 +23,26 @@ ATOL = 1e-5
 
 @cache
 def tiny_model(family: str, attn: str, window: int | None = None):
-    """`window`: Mistral's native sliding_window (None for the other families)."""
+    """`window`: the model's native sliding_window (None for families without one)."""
     return build_tiny_model(family, attn, layers=2, **({"sliding_window": window} if window else {}))
 
 
 runs = st.fixed_dictionaries(
     {
-        "family": st.sampled_from(["gpt2", "llama", "mistral"]),
+        "family": st.sampled_from(representative_families()),
         "attn": st.sampled_from(["eager", "sdpa"]),
         "lengths": st.lists(st.integers(1, 20), min_size=1, max_size=3),
         "limit": st.integers(1, 12),
         "chunk": st.none() | st.integers(1, 8),
         "new": st.integers(1, 6),
         "seed": st.integers(0, 2**16),
-        "window": st.none() | st.integers(2, 14),  # Mistral only: native sliding_window, the smaller one wins
+        "window": st.none() | st.integers(2, 14),  # native sliding_window (families with one): the smaller wins
     }
 )
 
 
 def model_for(run: dict):
-    return tiny_model(run["family"], run["attn"], run["window"] if run["family"] == "mistral" else None)
+    return tiny_model(run["family"], run["attn"], run["window"] if has_native_window_oracle(run["family"]) else None)
 
 
 def bounded_run(run: dict, ids: torch.Tensor, mask: torch.Tensor):
@@ -62,7 +64,7 @@ def test_bounded_generation_equals_banded_reference(run):
     model = model_for(run)
     ids, mask = left_padded_batch(run["lengths"], seed=run["seed"])
     output = bounded_run(run, ids, mask)
-    window = model.config.sliding_window if run["family"] == "mistral" else None
+    window = model.config.sliding_window if has_native_window_oracle(run["family"]) else None
     limit = run["limit"] if window is None else min(run["limit"], window - 1)
     expected = generated_step_logits(model, output.sequences, mask, limit, window_prefill=run["chunk"] is not None)
     torch.testing.assert_close(torch.stack(output.logits, 1), expected, atol=ATOL, rtol=0)

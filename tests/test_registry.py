@@ -20,6 +20,7 @@ from transformers.utils import is_hqq_available, is_optimum_quanto_available
 from cachelimit import registry
 
 from .common import VOCAB, build_tiny_model, left_padded_batch
+from .declarations import representative_families
 from .registry_helpers import LENGTHS, NEW, run, seen_caches, setting_warnings
 
 
@@ -27,7 +28,7 @@ class SettingEqualsExplicitTest(unittest.TestCase):
     @parameterized.expand(
         [
             (family, name, kwargs, explicit)
-            for family in ("gpt2", "llama", "mistral")
+            for family in representative_families()
             for name, kwargs, explicit in (
                 ("window", {"window_length": 6}, {"cache_limit": 5}),
                 ("sink", {"window_length": 6, "num_sink_tokens": 2}, {"cache_limit": 5, "num_sink_tokens": 2}),

@@ -1,22 +1,7 @@
-"""Mistral: rotary position embeddings, sinks re-rotated with the model's own rotary module.
+"""Mistral: RoPE, and a native `sliding_window` on every layer (the smaller window wins: the generate
+wrapper keeps min(L, W - 1) positions and the step plan applies W's mask on top)."""
 
-A native `sliding_window` needs nothing here: the generate wrapper keeps min(L, W - 1) positions and the
-step plan applies W's mask on top.
-"""
+from ..family import rope_family
 
-from __future__ import annotations
-
-from ..patches import Family, register_family
-from ..utils.generation import make_prepare_inputs
-from ..utils.rotary import rotary_from
-
-prepare_inputs_for_generation = make_prepare_inputs("mistral")
-
-FAMILY = register_family(
-    Family(
-        name="mistral",
-        class_names=("MistralForCausalLM",),
-        prepare_inputs_for_generation=prepare_inputs_for_generation,
-        rotary=rotary_from("transformers.models.mistral.modeling_mistral"),
-    )
-)
+FAMILY = rope_family("mistral", "MistralForCausalLM", tiny_config={"sliding_window": None})
+prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

@@ -1,5 +1,21 @@
-"""The shared applier: families register here, `patch`/`unpatch` install and remove their methods."""
+"""The shared applier: `patch`/`unpatch` install and remove cachelimit's methods on the registered families.
 
-from .applier import FAMILIES, Family, is_patched, original_attribute, patch, register_family, unpatch
+Import order is the dependency order: the applier (families, originals) first, then `generate`, which hands
+its method to the applier.
+"""
 
-__all__ = ["FAMILIES", "Family", "is_patched", "original_attribute", "patch", "register_family", "unpatch"]
+from ..family import register_family
+from .applier import FAMILIES, Family, is_patched, original_attribute, patch, patched, unpatch
+from .generate import generate
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "generate",
+    "is_patched",
+    "original_attribute",
+    "patch",
+    "patched",
+    "register_family",
+    "unpatch",
+]

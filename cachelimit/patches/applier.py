@@ -2,56 +2,36 @@
 
 Patching the class (not an instance) means models created before `patch()` see it too, and `unpatch()`
 puts back exactly what was there: the class's own attribute, or nothing when it was inherited.
+
+Each family brings its own `prepare_inputs_for_generation` (`cachelimit.family`); the methods every family
+shares (`generate`, `set_cache_implementation`) are handed to the applier by the modules that define them
+(`install_on_patch`), so the applier depends on nothing above it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import contextlib
+from collections.abc import Callable, Iterator
 
-_MISSING = object()
+from .. import models  # noqa: F401  (imports every family module, which registers the family)
+from ..family import FAMILIES, Family, family_of
+from ..utils.originals import MISSING, ORIGINALS, original_attribute
 
-
-@dataclass
-class Family:
-    """What cachelimit needs to know about one model family."""
-
-    name: str
-    #: names of the model classes in `transformers`, imported on first use: loading three modeling modules
-    #: up front would make `import cachelimit` (and every CLI `--help`) seconds slower
-    class_names: tuple[str, ...]
-    prepare_inputs_for_generation: Callable
-    #: model -> something with `cos_sin`/`apply` (see utils.rotary) for RoPE models; None for learned positions
-    rotary: Callable | None = None
-    #: (model, longest row in real tokens, max new tokens) -> raise before generating if the run cannot fit
-    check_generation: Callable | None = None
-    extra_methods: dict[str, Callable] = field(default_factory=dict)
-
-    @property
-    def model_classes(self) -> tuple[type, ...]:
-        import transformers
-
-        return tuple(getattr(transformers, name) for name in self.class_names)
-
-    def methods(self) -> dict[str, Callable]:
-        from .generate import generate, set_cache_implementation
-
-        return {
-            "prepare_inputs_for_generation": self.prepare_inputs_for_generation,
-            "generate": generate,
-            "set_cache_implementation": set_cache_implementation,
-            **self.extra_methods,
-        }
-
-
-FAMILIES: dict[str, Family] = {}
-_ORIGINALS: dict[tuple[type, str], object] = {}
+#: methods installed on every patched class besides the family's own `prepare_inputs_for_generation`
+SHARED_METHODS: dict[str, Callable] = {}
 _PATCHED: set[str] = set()
 
 
-def register_family(family: Family) -> Family:
-    FAMILIES[family.name] = family
-    return family
+def install_on_patch(name: str, method: Callable) -> Callable:
+    """Have `patch` install `method` as `name` on every patched class (used by `generate` and the registry)."""
+    if _PATCHED:
+        raise RuntimeError(f"install_on_patch({name!r}) after patch(): unpatch() first.")
+    SHARED_METHODS[name] = method
+    return method
+
+
+def _methods(family: Family) -> dict[str, Callable]:
+    return {"prepare_inputs_for_generation": family.prepare_inputs_for_generation, **SHARED_METHODS}
 
 
 def _names(families: tuple[str, ...]) -> list[str]:
@@ -59,7 +39,10 @@ def _names(families: tuple[str, ...]) -> list[str]:
         return list(FAMILIES)
     unknown = [name for name in families if name not in FAMILIES]
     if unknown:
-        raise ValueError(f"Unsupported model family {unknown[0]!r}; supported families: {sorted(FAMILIES)}.")
+        raise ValueError(
+            f"Unsupported model family {unknown[0]!r} (families are named by config.model_type); supported "
+            f"families: {', '.join(sorted(FAMILIES))}."
+        )
     return list(dict.fromkeys(families))
 
 
@@ -70,8 +53,8 @@ def patch(*families: str) -> None:
             continue
         family = FAMILIES[name]
         for cls in family.model_classes:
-            for attribute, method in family.methods().items():
-                _ORIGINALS[(cls, attribute)] = cls.__dict__.get(attribute, _MISSING)
+            for attribute, method in _methods(family).items():
+                ORIGINALS[(cls, attribute)] = cls.__dict__.get(attribute, MISSING)
                 setattr(cls, attribute, method)
         _PATCHED.add(name)
 
@@ -83,9 +66,9 @@ def unpatch(*families: str) -> None:
             continue
         family = FAMILIES[name]
         for cls in family.model_classes:
-            for attribute in family.methods():
-                original = _ORIGINALS.pop((cls, attribute))
-                if original is _MISSING:
+            for attribute in _methods(family):
+                original = ORIGINALS.pop((cls, attribute))
+                if original is MISSING:
                     delattr(cls, attribute)
                 else:
                     setattr(cls, attribute, original)
@@ -96,20 +79,28 @@ def is_patched(family: str) -> bool:
     return family in _PATCHED
 
 
-def family_of(model) -> Family:
-    """The patched family a model instance belongs to."""
-    for cls in type(model).__mro__:
-        for name in _PATCHED:
-            if cls in FAMILIES[name].model_classes:
-                return FAMILIES[name]
-    raise ValueError(f"{type(model).__name__} is not patched; call cachelimit.patch() first.")
+@contextlib.contextmanager
+def patched(*families: str) -> Iterator[None]:
+    """`with cachelimit.patched("qwen3"): ...`: patch the families (all when none is named) for the block, then
+    unpatch those this call patched (families that were already patched stay patched)."""
+    newly = [name for name in _names(families) if name not in _PATCHED]
+    if newly:
+        patch(*newly)
+    try:
+        yield
+    finally:
+        if newly:
+            unpatch(*newly)
 
 
-def original_attribute(cls: type, attribute: str):
-    """The method `patch` replaced on `cls` (or on its nearest patched base class)."""
-    for klass in cls.__mro__:
-        if (klass, attribute) in _ORIGINALS:
-            original = _ORIGINALS[(klass, attribute)]
-            # A class without its own attribute inherited it: the original is the next one up the MRO.
-            return getattr(super(klass, klass), attribute) if original is _MISSING else original
-    raise RuntimeError(f"{cls.__name__}.{attribute} is not patched by cachelimit.")
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "family_of",
+    "install_on_patch",
+    "is_patched",
+    "original_attribute",
+    "patch",
+    "patched",
+    "unpatch",
+]

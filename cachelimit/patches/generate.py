@@ -7,17 +7,17 @@ itself is transformers' own `generate` with a `BoundedCache` as `past_key_values
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
+from ..utils import layers
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
 from ..window_cache import BoundedCache
-from .applier import family_of, original_attribute
+from .applier import family_of, install_on_patch, original_attribute
 
 _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
 
@@ -32,9 +32,9 @@ def _resolved_config(model, generation_config, kwargs) -> GenerationConfig:
 
 
 def native_window(model) -> int | None:
-    """The model's own sliding window (keys a query sees, itself included), if it has one."""
-    window = getattr(model.config, "sliding_window", None)
-    return window if isinstance(window, int) and window > 0 else None
+    """The model's own sliding window (keys a query sees, itself included), if every layer has it (a model
+    whose layers mix attention types is refused there)."""
+    return layers.native_window(model.config)
 
 
 def effective_limit(model, cache_limit: int) -> int:
@@ -126,11 +126,4 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
         )
 
 
-def set_cache_implementation(self, name: str, **kwargs: Any) -> None:
-    """Choose the cache every later `generate` of this model instance uses: a name of
-    `cachelimit.CACHE_IMPLEMENTATIONS` ("dynamic", "static", "offloaded", "quantized", "window", "sink" or a
-    registered one) and its keyword arguments, checked now. "dynamic" restores the default (see `cachelimit.registry`).
-    """
-    from ..registry import set_cache_implementation as set_for_model
-
-    set_for_model(self, name, **kwargs)
+install_on_patch("generate", generate)

@@ -6,6 +6,7 @@ import torch
 
 from ..window_cache import BoundedCache
 from .masks import step_attention_mask
+from .originals import original_attribute
 
 
 def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tokens, **kwargs) -> dict:
@@ -49,7 +50,6 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
 def make_prepare_inputs(family_name: str):
     """A family's patched `prepare_inputs_for_generation`, with `cache_limit` and `num_sink_tokens` as named
     parameters: `generate` validates its kwargs against this signature (so no `functools.wraps`)."""
-    from ..patches.applier import original_attribute
 
     def prepare_inputs_for_generation(
         self,

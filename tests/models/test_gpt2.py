@@ -13,7 +13,6 @@ from tests.sink_mixin import SinkTesterMixin
 
 class GPT2BoundedGenerationTest(BoundedGenerationTesterMixin, SinkTesterMixin, unittest.TestCase):
     family = "gpt2"
-    uses_rope = False
 
     def count_forwards(self, model) -> list[int]:
         calls = []

@@ -11,7 +11,6 @@ from tests.sink_mixin import SinkTesterMixin
 
 class LlamaBoundedGenerationTest(BoundedGenerationTesterMixin, SinkTesterMixin, unittest.TestCase):
     family = "llama"
-    uses_rope = True
 
     def test_sinks_with_yarn_rope_match_reference(self):
         """YaRN folds an attention factor into cos/sin; moving sink keys must not apply it twice."""

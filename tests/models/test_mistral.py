@@ -15,7 +15,6 @@ from tests.sink_mixin import NativeWindowSinkTesterMixin
 
 class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSinkTesterMixin, unittest.TestCase):
     family = "mistral"
-    uses_rope = True
 
     def native(self, oracle, ids, mask, **kwargs):
         """transformers' own run (`cache_limit=None`: nothing of cachelimit's is used)."""

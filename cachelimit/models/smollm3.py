@@ -1,0 +1,6 @@
+"""SmolLM3: RoPE, except every `no_rope_layer_interval`-th layer, which has no positions (NoPE)."""
+
+from ..family import rope_family
+
+FAMILY = rope_family("smollm3", "SmolLM3ForCausalLM", notes="sinks refused when a layer has no RoPE")
+prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

@@ -1,0 +1,86 @@
+"""The family test declarations (`tests/models/test_<family>.py`), found by discovery, never listed by hand.
+
+Each declaration is one `unittest.TestCase` naming its `family` and mixing in the shared suites; what it mixes in
+says how the family is verified (`tests/test_families.py` checks every registered family has one, and the README
+table against both).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import unittest
+from functools import cache
+
+import cachelimit
+import tests.models
+from cachelimit.family import LEARNED, ROPE
+from tests.bounded_mixin import BoundedGenerationTesterMixin
+from tests.family_mixin import NativeWindowOracleMixin
+from tests.sink_mixin import NativeWindowSinkTesterMixin
+
+
+@cache
+def declared_tests() -> dict[str, type[unittest.TestCase]]:
+    """family name -> its test class, from every module of `tests.models`."""
+    found: dict[str, type[unittest.TestCase]] = {}
+    for info in sorted(pkgutil.iter_modules(tests.models.__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"tests.models.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, unittest.TestCase) and hasattr(value, "family"):
+                if value.family in found:
+                    raise AssertionError(f"two test declarations for family {value.family!r}")
+                found[value.family] = value
+    return found
+
+
+def representative_families() -> list[str]:
+    """Families that run the full matrix (beams, sampling, bf16, continuation, scores, ...)."""
+    return [name for name, test in declared_tests().items() if issubclass(test, BoundedGenerationTesterMixin)]
+
+
+def has_native_window_oracle(family: str) -> bool:
+    test = declared_tests()[family]
+    return issubclass(test, NativeWindowOracleMixin | NativeWindowSinkTesterMixin)
+
+
+def _positions(family) -> str:
+    if family.positions == LEARNED:
+        return "learned absolute"
+    config = family.config_class()
+    rope = getattr(config, "rope_parameters", None) or {}
+    parts = ["RoPE"]
+    if any(isinstance(value, dict) for value in rope.values()):
+        parts.append("one base per layer type")
+    factors = [rope.get("partial_rotary_factor", 1.0)] + [
+        value.get("partial_rotary_factor", 1.0) for value in rope.values() if isinstance(value, dict)
+    ]
+    if min(factors) < 1.0:
+        parts.append("partial rotary")
+    if getattr(config, "no_rope_layers", None) is not None:
+        parts.append("NoPE layers")
+    return ", ".join(parts)
+
+
+def supported_families_table() -> str:
+    """The README's "Supported families" table, from the registry and the test declarations."""
+    rows = [
+        "| family (`model_type`) | class | positions | native window | sinks | verified against | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, test in sorted(declared_tests().items()):
+        family = cachelimit.FAMILIES[name]
+        window = "yes (every layer sliding)" if has_native_window_oracle(name) else "no"
+        sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
+        oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
+        if has_native_window_oracle(name):
+            oracles.append("native window")
+        if issubclass(test, BoundedGenerationTesterMixin):
+            oracles.append("full matrix")
+        notes = [family.notes] if family.notes else []
+        if family.attention != ("eager", "sdpa"):
+            notes.append(f"{' and '.join(family.attention)} attention only (transformers)")
+        classes = ", ".join(f"`{cls}`" for cls in family.class_names)
+        cells = [f"`{name}`", classes, _positions(family), window, sinks, ", ".join(oracles), "; ".join(notes)]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -1,0 +1,11 @@
+"""cohere: the family oracles (banded reference, attention-sink reference, cache bound)."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class CohereFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "cohere"

@@ -1,0 +1,12 @@
+"""Gemma 2 (eager only, soft-capping): the family oracles and transformers' own window on every layer."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+
+
+class Gemma2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+    family = "gemma2"
+    native_window_switches = {"layer_types": ("sliding_attention",)}

@@ -1,0 +1,12 @@
+"""Gemma 3 text (per-layer-type rotary bases, q/k norms): the family oracles and transformers' own window."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+
+
+class Gemma3TextFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+    family = "gemma3_text"
+    native_window_switches = {"layer_types": ("sliding_attention",)}

@@ -1,0 +1,11 @@
+"""opt: the family oracles (banded reference, attention-sink reference, cache bound)."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class OptFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "opt"

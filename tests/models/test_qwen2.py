@@ -1,0 +1,12 @@
+"""Qwen2: the family oracles, and transformers' own window (`use_sliding_window` on every layer)."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+
+
+class Qwen2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+    family = "qwen2"
+    native_window_switches = {"use_sliding_window": True, "max_window_layers": 0}

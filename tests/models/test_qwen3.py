@@ -1,0 +1,12 @@
+"""Qwen3 (q/k norms before the rotation): the family oracles and transformers' own window."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+
+
+class Qwen3FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+    family = "qwen3"
+    native_window_switches = {"use_sliding_window": True, "max_window_layers": 0}

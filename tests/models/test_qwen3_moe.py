@@ -1,0 +1,12 @@
+"""Qwen3-MoE: the family oracles and transformers' own window (`use_sliding_window`)."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+
+
+class Qwen3MoeFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+    family = "qwen3_moe"
+    native_window_switches = {"use_sliding_window": True}
