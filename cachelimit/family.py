@@ -19,7 +19,7 @@ from typing import Any
 
 from .utils.generation import make_prepare_inputs
 from .utils.originals import is_replaced
-from .utils.rotary import RotaryShift, model_rotary
+from .utils.rotary import RotaryShift, rotary_shift
 
 #: The kinds of positional information a family uses (the "positions" column of the README table).
 ROPE, LEARNED = "rope", "learned"
@@ -52,8 +52,9 @@ class Family:
     prepare_inputs_for_generation: Callable
     #: ROPE or LEARNED
     positions: str
-    #: RoPE: model -> `RotaryShift` (moves sink keys with the model's own rotary module); None otherwise
-    rotary: Callable[[Any], RotaryShift | None] | None = None
+    #: RoPE: (model, rotary kind of a layer group) -> `RotaryShift` moving those layers' sink keys with the model's
+    #: own rotary module (see `utils.rotary`); None for learned positions
+    rotary: Callable[[Any, str | None], RotaryShift | None] | None = None
     #: (model, longest row in real tokens, max new tokens) -> raise before generating if the run cannot fit
     check_generation: Callable | None = None
     #: a few-thousand-parameter shape of this family (config keyword arguments) for tests and demos, on top
@@ -105,7 +106,7 @@ def rope_family(
     *class_names: str,
     tiny_config: Mapping[str, Any] | None = None,
     notes: str = "",
-    rotary: Callable[[Any], RotaryShift | None] = model_rotary,
+    rotary: Callable[[Any, str | None], RotaryShift | None] = rotary_shift,
     attention: tuple[str, ...] = ("eager", "sdpa"),
 ) -> Family:
     """Register a RoPE family: its sinks are moved with the model's own rotary module, found by `rotary`

@@ -22,8 +22,6 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .policy import WindowPolicy
 from .step_plan import RowState, StepPlan, plan_step
-from .utils.layers import native_window
-from .utils.rotary import model_rotary
 from .utils.validation import check_window
 
 
@@ -175,27 +173,21 @@ class BoundedCache(Cache):
         self.plan: StepPlan | None = None
         super().__init__(layer_class_to_replicate=partial(BoundedLayer, self))
 
+    #: builds the cache of a given model: `cachelimit.layered_cache.bounded_cache_for`, registered by that module
+    #: (it imports this one, so it cannot be imported here); a model whose layers differ needs its subclass
+    model_cache_builder = None
+
     @classmethod
     def from_model(
         cls, model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False
     ) -> BoundedCache:
         """The cache `generate(..., cache_limit=L, num_sink_tokens=S)` would build for `model`, for callers who
-        build it themselves: the model's native window is applied (min(L, W - 1) positions kept) and, for RoPE
-        models with sinks, its own rotary moves the sink keys (a hand-built cache without it would drift).
-
-        The rotary is found generically (`utils.rotary.model_rotary`), not through the family registry, which
-        sits above this module; the family tests check both find the same. Refuses what `generate` refuses."""
+        build it themselves: each layer's native window is applied (min(L, W - 1) positions kept) and, for RoPE
+        models with sinks, the model's own rotary moves the sink keys (a hand-built cache without it would drift).
+        The rotary is found from the model (`utils.rotary`), not from the family registry, which sits above the
+        cache core. Refuses what `generate` refuses; hybrid models get a `LayeredBoundedCache`."""
         limit, sinks = check_window(cache_limit, num_sink_tokens)
-        window = native_window(model.config)
-        effective = limit if window is None else min(limit, window - 1)
-        if sinks >= effective:
-            raise ValueError(
-                f"`num_sink_tokens` must be an int in [0, {effective - 1}] (below the effective cache limit "
-                f"{effective}), got {sinks}."
-            )
-        uses_rope = getattr(model.config, "rope_parameters", None) is not None  # transformers 5.x RoPE configs
-        rotary = model_rotary(model) if sinks and uses_rope else None
-        return cls(effective, sinks, window_prefill=window_prefill, native_window=window, rotary=rotary)
+        return BoundedCache.model_cache_builder(model, limit, sinks, window_prefill=window_prefill)
 
     def set_window_prefill(self, window_prefill: bool) -> None:
         """Choose how the next multi-token forwards read the past (chunked prefill: windowed)."""

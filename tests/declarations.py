@@ -17,6 +17,7 @@ import tests.models
 from cachelimit.family import LEARNED, ROPE
 from tests.bounded_mixin import BoundedGenerationTesterMixin
 from tests.family_mixin import NativeWindowOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin
 from tests.sink_mixin import NativeWindowSinkTesterMixin
 
 
@@ -71,10 +72,14 @@ def supported_families_table() -> str:
     for name, test in sorted(declared_tests().items()):
         family = cachelimit.FAMILIES[name]
         window = "yes (every layer sliding)" if has_native_window_oracle(name) else "no"
+        if issubclass(test, HybridOracleMixin):
+            window = "yes: every layer, or per layer (hybrid)"
         sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
         oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
         if has_native_window_oracle(name):
             oracles.append("native window")
+        if issubclass(test, HybridOracleMixin):
+            oracles.append("hybrid (own run, banded per layer type)")
         if issubclass(test, BoundedGenerationTesterMixin):
             oracles.append("full matrix")
         notes = [family.notes] if family.notes else []

@@ -99,8 +99,9 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
         self.assertTrue(torch.equal(built.sequences, own.sequences))
         torch.testing.assert_close(built_logits, own_logits, atol=0, rtol=0)
         if self.uses_rope:  # a cache built without the rotary drifts once the sinks must move: the test can fail
+            # (the equality above is bitwise; high rope_theta bases such as Cohere's drift only by ~1e-4 here)
             bare, bare_logits = self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=BoundedCache(4, 2))
-            self.assertGreater((bare_logits - own_logits).abs().max().item(), 100 * ATOL)
+            self.assertGreater((bare_logits - own_logits).abs().max().item(), 1e-6)
 
     def test_oracle_without_cache_limit_matches_the_unpatched_model(self):
         model = self.build()

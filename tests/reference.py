@@ -66,9 +66,13 @@ def real_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def banded_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, visibility: torch.Tensor):
-    """Logits [B, T, V] of one cache-free forward over `input_ids` where token i reads `visibility[:, i]`."""
-    mask = attention_mask_for(model.config, visibility, model.dtype)
+def banded_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, visibility):
+    """Logits [B, T, V] of one cache-free forward over `input_ids` where token i reads `visibility[:, i]` (a dict:
+    one visibility per layer type, handed to hybrid models as the dict of masks their modeling code accepts)."""
+    if isinstance(visibility, dict):
+        mask = {kind: attention_mask_for(model.config, seen, model.dtype) for kind, seen in visibility.items()}
+    else:
+        mask = attention_mask_for(model.config, visibility, model.dtype)
     output = model(
         input_ids=input_ids,
         attention_mask=mask,
@@ -103,8 +107,18 @@ def generated_step_logits(
     mask = extended_mask(prompt_mask, sequences)
     if full_attention_spans is None:
         full_attention_spans = [] if window_prefill else [(0, prompt)]
-    native = uniform_native_window(model.config)
-    visibility = banded_visibility(mask, limit, full_attention_spans, native_window=native)
+    layer_types = set(getattr(model.config, "layer_types", None) or ())
+    if layer_types == {"full_attention", "sliding_attention"}:  # hybrid: each layer type reads its own window
+        window = model.config.sliding_window
+        visibility = {
+            "full_attention": banded_visibility(mask, limit, full_attention_spans),
+            "sliding_attention": banded_visibility(
+                mask, min(limit, window - 1), full_attention_spans, native_window=window
+            ),
+        }
+    else:
+        native = uniform_native_window(model.config)
+        visibility = banded_visibility(mask, limit, full_attention_spans, native_window=native)
     return banded_logits(model, sequences, mask, visibility)[:, prompt - 1 : -1].float()
 
 

@@ -5,7 +5,7 @@ from ..family import rope_family
 FAMILY = rope_family(
     "gemma2",
     "Gemma2ForCausalLM",
-    notes="attention soft-capping; hybrid `layer_types` refused for now",
+    notes="attention soft-capping",
     tiny_config={"layer_types": ("full_attention",), "query_pre_attn_scalar": 8},
     attention=("eager",),
 )

@@ -6,7 +6,7 @@ from ..family import rope_family
 FAMILY = rope_family(
     "gemma3_text",
     "Gemma3ForCausalLM",
-    notes="q/k norms; hybrid `layer_types` refused for now",
+    notes="q/k norms",
     tiny_config={"layer_types": ("full_attention",), "query_pre_attn_scalar": 8},
 )
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

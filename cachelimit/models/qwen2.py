@@ -2,5 +2,5 @@
 
 from ..family import rope_family
 
-FAMILY = rope_family("qwen2", "Qwen2ForCausalLM", notes="`max_window_layers` below the depth (hybrid) refused for now")
+FAMILY = rope_family("qwen2", "Qwen2ForCausalLM", notes="`max_window_layers` below the depth: hybrid")
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

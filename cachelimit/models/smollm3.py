@@ -2,5 +2,5 @@
 
 from ..family import rope_family
 
-FAMILY = rope_family("smollm3", "SmolLM3ForCausalLM", notes="sinks refused when a layer has no RoPE")
+FAMILY = rope_family("smollm3", "SmolLM3ForCausalLM", notes="NoPE layers keep their sinks as written")
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

@@ -13,6 +13,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
+from ..layered_cache import bounded_cache_for
 from ..utils import layers
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
@@ -88,10 +89,8 @@ def check_bounded_run(model, inputs, generation_config, cache_limit, num_sink_to
     cache = kwargs.get("past_key_values")
     window_prefill = config.prefill_chunk_size is not None
     if cache is None:
-        rotary = family.rotary(model) if (family.rotary is not None and sinks) else None
-        return BoundedCache(
-            effective, sinks, window_prefill=window_prefill, native_window=native_window(model), rotary=rotary
-        )
+        rotary = {} if family.rotary is None else {"rotary": family.rotary}  # learned positions: nothing to move
+        return bounded_cache_for(model, limit, sinks, window_prefill=window_prefill, **rotary)
     if not isinstance(cache, BoundedCache):
         kind = type(cache).__name__ if isinstance(cache, Cache) else repr(type(cache))
         raise ValueError(

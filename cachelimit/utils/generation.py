@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..layered_cache import LayeredBoundedCache
 from ..window_cache import BoundedCache
 from .masks import step_attention_mask
 from .originals import original_attribute
@@ -43,7 +44,10 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
         new_real = attention_mask[:, -num_new:].to(device=new_tokens.device, dtype=torch.bool)
     plan = cache.begin_step(new_real)
     inputs["position_ids"] = plan.positions
-    inputs["attention_mask"] = step_attention_mask(model.config, plan, model.dtype)
+    if isinstance(cache, LayeredBoundedCache):  # hybrid: one mask per layer type (the models take a dict)
+        inputs["attention_mask"] = cache.layer_type_masks(model.config, model.dtype)
+    else:
+        inputs["attention_mask"] = step_attention_mask(model.config, plan, model.dtype)
     return inputs
 
 

@@ -79,28 +79,31 @@ def layer_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
     return kinds
 
 
-def model_rotary(model: torch.nn.Module) -> RotaryShift | None:
-    """The `RotaryShift` of a RoPE model whose layers all use one rotary (one frequency set, every layer);
-    None when no layer has positions (nothing to move)."""
+def rotary_shift(model: torch.nn.Module, kind: str | None) -> RotaryShift | None:
+    """The `RotaryShift` of the layers of rotary `kind` (see `layer_rotary_kinds`); None for layers without
+    positions (their sink keys stay as written)."""
+    if kind is None:
+        return None
     rotary = getattr(model.base_model, "rotary_emb", None)
     if rotary is None:
         raise ValueError(
             f"{type(model).__name__} has no rotary embedding at `model.base_model.rotary_emb`; attention sinks "
             "need one to move the sink keys (or use num_sink_tokens=0)."
         )
-    kinds = set(layer_rotary_kinds(model))
-    if kinds == {None}:
-        return None
-    if len(kinds) != 1 or None in kinds:
-        found = sorted("no positions" if kind is None else kind or "rotary" for kind in kinds)
-        raise ValueError(
-            f"`num_sink_tokens` is not supported yet on {type(model).__name__} with layers of different positional "
-            f"kinds ({', '.join(found)}): the sink keys of each kind move differently. Use num_sink_tokens=0."
-        )
-    (kind,) = kinds
     apply = getattr(sys.modules[type(rotary).__module__], "apply_rotary_pos_emb", None)
     if apply is None:
         raise ValueError(f"{type(rotary).__module__} has no `apply_rotary_pos_emb` to move sink keys with.")
     rope_type = rotary.rope_type[kind] if kind else rotary.rope_type
     cos_sin_at = partial(rotary, layer_type=kind) if kind else rotary
     return RotaryShift(cos_sin_at, apply, model.dtype, rope_type)
+
+
+def model_rotary(model: torch.nn.Module) -> RotaryShift | None:
+    """The `RotaryShift` of a RoPE model whose layers all use one rotary (one frequency set, every layer);
+    None when no layer has positions (nothing to move). Models whose layers differ get one per layer group
+    (`cachelimit.layered_cache`)."""
+    kinds = set(layer_rotary_kinds(model))
+    if len(kinds) != 1:
+        found = sorted("no positions" if kind is None else kind or "rotary" for kind in kinds)
+        raise ValueError(f"{type(model).__name__} has layers of different positional kinds ({', '.join(found)}).")
+    return rotary_shift(model, kinds.pop())

@@ -5,8 +5,9 @@ from __future__ import annotations
 import unittest
 
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin
 
 
-class Gemma2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+class Gemma2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "gemma2"
     native_window_switches = {"layer_types": ("sliding_attention",)}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import unittest
 
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin
 
 
-class Gemma3TextFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+class Gemma3TextFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "gemma3_text"
     native_window_switches = {"layer_types": ("sliding_attention",)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import unittest
 
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin
 
 
-class MinistralFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+class MinistralFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "ministral"

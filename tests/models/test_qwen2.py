@@ -5,8 +5,10 @@ from __future__ import annotations
 import unittest
 
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin
 
 
-class Qwen2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
+class Qwen2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "qwen2"
     native_window_switches = {"use_sliding_window": True, "max_window_layers": 0}
+    hybrid_switches = {"use_sliding_window": True, "max_window_layers": 1}
