@@ -34,7 +34,7 @@ HELP = [
     ("top", [], ["generate", "demo", "bench"]),
     ("generate", ["generate"], ["MODEL", "--prompt", "--max-new-tokens", "--cache-limit", "--sinks",
                                 "--prefill-chunk-size", "--dtype", "--seed", "--sample", "--greedy",
-                                ", ".join(supported_families())]),
+                                "Supported families:", *supported_families()]),
     ("demo", ["demo"], ["--tokens", "--cache-limit", "--sinks", "--out"]),
     ("bench", ["bench"], ["usage: cachelimit bench", "--quick", "--out"]),
 ]  # fmt: skip
