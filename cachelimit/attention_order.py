@@ -68,8 +68,18 @@ def attentions_in_sequence_order(model: torch.nn.Module, cache) -> Iterator[None
         attentions = getattr(output, "attentions", None)
         if not attentions or kwargs.get("past_key_values") is not cache or cache.plan is None:
             return None
-        order = key_order(cache.plan, cache.policy)
-        output.attentions = tuple(None if layer is None else in_sequence_order(layer, order) for layer in attentions)
+        orders: dict[int, torch.Tensor] = {}  # per cache owning a layer (hybrid models: one per layer group)
+
+        def order_of(index: int):
+            owner = cache.layers[index].cache if index < len(cache.layers) else cache
+            if id(owner) not in orders:
+                orders[id(owner)] = key_order(owner.plan, owner.policy)
+            return orders[id(owner)]
+
+        output.attentions = tuple(
+            None if layer is None else in_sequence_order(layer, order_of(index))
+            for index, layer in enumerate(attentions)
+        )
         return output
 
     handle = model.register_forward_hook(reorder, with_kwargs=True)
