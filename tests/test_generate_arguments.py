@@ -158,9 +158,9 @@ class PositionIdsTest(unittest.TestCase):
     """User `position_ids` are fed to the model as an unbounded run feeds them (equal to transformers' own run
     while the bound does not cut); with RoPE sinks, whose rotation needs the standard positions, others are refused."""
 
-    def positions(self, shift=0):
+    def positions(self, scale=1):
         _, mask = left_padded_batch([5, 3], seed=1)
-        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1) + shift  # the shape transformers' own tests pass
+        return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1) * scale  # the shape transformers' own tests pass
 
     @parameterized.expand([("gpt2", None), ("llama", None), ("llama", 1)])
     def test_standard_positions_are_accepted(self, family, sinks):
@@ -173,15 +173,17 @@ class PositionIdsTest(unittest.TestCase):
     @parameterized.expand([("gpt2",), ("llama",)])
     def test_other_positions_are_honoured_exactly(self, family):
         model = build_tiny_model(family)
-        unbounded = bounded_run(model, position_ids=self.positions(shift=3))
-        bounded = bounded_run(model, cache_limit=64, position_ids=self.positions(shift=3))
+        unbounded = bounded_run(model, position_ids=self.positions(scale=2))
+        bounded = bounded_run(model, cache_limit=64, position_ids=self.positions(scale=2))
         self.assertTrue(torch.equal(bounded[0], unbounded[0]))
         torch.testing.assert_close(bounded[1], unbounded[1], rtol=0, atol=1e-5)
-        self.assertFalse(torch.allclose(bounded[1], bounded_run(model, cache_limit=64)[1]))  # positions matter
+        self.assertFalse(
+            torch.allclose(bounded[1], bounded_run(model, cache_limit=64)[1])
+        )  # positions matter (spread: RoPE ignores a uniform shift)
 
     def test_other_positions_with_rope_sinks_are_refused_before_any_token(self):
         model = build_tiny_model("llama")
-        positions = self.positions(shift=3)
+        positions = self.positions(scale=2)
         refused_before_any_token(
             self, model, r"position_ids.*row 0", cache_limit=4, num_sink_tokens=1, position_ids=positions
         )
