@@ -21,6 +21,14 @@ setup(
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],
+        # transformers' own model test suites as an external test bed (tests/external/run_peer_suite.py)
+        "external": [
+            "pytest>=7",
+            "pytest-xdist>=3",
+            "pytest-rerunfailures>=14",
+            "timeout-decorator>=0.5",
+            "httpx>=0.27",
+        ],
         "test": [
             "pytest>=7",
             "parameterized>=0.9",

@@ -5,22 +5,64 @@ cachelimit.patch()                       # or cachelimit.patch("qwen3", "llama")
 model.generate(ids, max_new_tokens=20_000, cache_limit=1024, num_sink_tokens=4)
 model.set_cache_implementation("sink", window_length=1025, num_sink_tokens=4)  # the same, for every generate
 with cachelimit.patched("qwen3"): ...     # patched inside the block only
+
+The public names are loaded on first use (PEP 562 `__getattr__`): `import cachelimit` alone imports neither torch
+nor transformers, so the command line answers `--help` and argument errors at once.
 """
 
 from __future__ import annotations
 
-from .family import FAMILIES, Family
-from .patches import is_patched, patch, patched, unpatch
-from .policy import WindowPolicy
-from .registry import CACHE_IMPLEMENTATIONS, GenerateArguments, register_cache_implementation
-from .window_cache import BoundedCache, BoundedLayer
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+#: public name -> module that defines it (relative to this package)
+_EXPORTS = {
+    "CACHE_IMPLEMENTATIONS": ".registry",
+    "GenerateArguments": ".registry",
+    "register_cache_implementation": ".registry",
+    "BoundedCache": ".window_cache",
+    "BoundedLayer": ".window_cache",
+    "WindowPolicy": ".policy",
+    "FAMILIES": ".family",
+    "Family": ".family",
+    "is_patched": ".patches",
+    "patch": ".patches",
+    "patched": ".patches",
+    "unpatch": ".patches",
+}
+
+if TYPE_CHECKING:
+    from .family import FAMILIES, Family
+    from .patches import is_patched, patch, patched, unpatch
+    from .policy import WindowPolicy
+    from .registry import CACHE_IMPLEMENTATIONS, GenerateArguments, register_cache_implementation
+    from .window_cache import BoundedCache, BoundedLayer
+
+
+def _register_families() -> None:
+    importlib.import_module(".models", __name__)  # importing the family modules registers them
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _register_families()
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
 def supported_families() -> list[str]:
     """Names accepted by `patch` and `unpatch`: the `model_type` of every registered family."""
+    _register_families()
+    return sorted(__getattr__("FAMILIES"))
     return sorted(FAMILIES)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
 
 
 __all__ = [

@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import importlib.util
 import os
+import pkgutil
 import sys
+import tempfile
 from pathlib import Path
 
-from . import __version__, supported_families
+from . import __version__
+from .cli_errors import CliError
 from .loading import LoadError, resolve_source
+from .utils.validation import check_window
 
 DTYPES = ("float32", "bfloat16")
-
-
-class CliError(Exception):
-    """A failure the user can act on; `code` is the exit status."""
-
-    def __init__(self, message: str, code: int = 1, prog: str = "cachelimit"):
-        super().__init__(message)
-        self.code, self.prog = code, prog
+#: the generate arguments' names as this command line spells them (for the shared validator's messages)
+FLAGS = {"cache_limit": "--cache-limit", "num_sink_tokens": "--sinks"}
+DEMO_SINKS = 4
+MAX_SEED = 2**64 - 1  # torch.manual_seed takes a 64-bit seed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,16 +40,26 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see `{self.prog} --help`)", code=2, prog=self.prog)
 
 
-def int_at_least(minimum: int):
-    """An argparse type: an int >= `minimum`, with the allowed range in the error."""
+def family_names() -> list[str]:
+    """The supported families, read from the family modules' names (`cachelimit/models/<family>.py`) without
+    importing them: they import torch and transformers, which `--help` must not wait for. A test checks that this
+    list equals `cachelimit.supported_families()`."""
+    spec = importlib.util.find_spec(f"{__package__}.models")
+    locations = spec.submodule_search_locations if spec is not None else None
+    return sorted(module.name for module in pkgutil.iter_modules(locations or []) if not module.name.startswith("_"))
+
+
+def int_at_least(minimum: int, maximum: int | None = None):
+    """An argparse type: an int >= `minimum` (and <= `maximum`), with the allowed range in the error."""
+    allowed = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an int >= {minimum}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
         return value
 
     return parse
@@ -66,27 +78,58 @@ def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | N
         metavar="L",
         help=f"keep at most L cached positions per layer (default: {unbounded})",
     )
+    sinks = "" if default_limit is None else f" (default: {DEMO_SINKS}, or L - 1 when L <= {DEMO_SINKS})"
     parser.add_argument(
         "--sinks",
         type=non_negative_int,
         default=None,
         metavar="S",
-        help="of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L",
+        help=f"of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L{sinks}",
     )
+
+
+def _check_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`--cache-limit`/`--sinks` through the same validator as `generate(cache_limit=, num_sink_tokens=)`."""
+    if args.command == "demo" and args.sinks is None:  # the demo's default sinks fit any limit
+        args.sinks = min(DEMO_SINKS, args.cache_limit - 1)
+    if args.cache_limit is None and args.sinks is None:
+        return
+    try:
+        check_window(args.cache_limit, args.sinks)
+    except (ValueError, TypeError) as error:
+        requirement = getattr(error, "requirement", str(error))
+        for name, flag in FLAGS.items():
+            requirement = requirement.replace(f"`{name}`", flag)
+        parser.error(f"argument {FLAGS.get(getattr(error, 'argument', ''), '--cache-limit')}: {requirement}")
+
+
+def _check_out(parser: argparse.ArgumentParser, directory: Path) -> None:
+    """The demo writes its plot and JSON at the end: a place it cannot write to fails now, not after the runs."""
+    if directory.exists() and not directory.is_dir():
+        parser.error(f"argument --out: {str(directory)!r} is a file; give a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as error:
+        parser.error(f"argument --out: cannot write to {str(directory)!r}: {error.strerror or error}")
 
 
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks argparse cannot express on one argument alone."""
-    if getattr(args, "prompt", None) == "":
+    prompt = getattr(args, "prompt", None)
+    if prompt == "":
         parser.error("argument --prompt: must not be empty")
+    if prompt is not None:
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the locale could not decode arrive as lone surrogates
+            parser.error("argument --prompt: is not valid UTF-8 text (check the terminal's or the script's encoding)")
     if getattr(args, "model", None) is not None:
         resolve_source(args.model)  # a mistyped local path fails now, before any import or download
-    if args.sinks is not None and args.cache_limit is None:
-        parser.error("argument --sinks: needs --cache-limit (sinks live inside a bounded cache)")
-    if args.sinks is not None and args.sinks >= args.cache_limit:
-        parser.error(
-            f"argument --sinks: must be an int in [0, {args.cache_limit - 1}] (below --cache-limit), got {args.sinks}"
-        )
+    _check_window(parser, args)
+    if args.command == "demo":
+        _check_out(parser, args.out)
 
 
 def build_parser() -> _Parser:
@@ -108,7 +151,7 @@ def build_parser() -> _Parser:
         nargs="?",
         metavar="MODEL",
         help="a transformers model name or local directory (model + tokenizer); default: the built-in tiny "
-        f"offline model. Supported families: {', '.join(supported_families())}",
+        f"offline model. Supported families: {', '.join(family_names())}",
     )
     generate.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
     generate.add_argument("--max-new-tokens", type=positive_int, default=200, metavar="N", help="(default: 200)")
@@ -121,7 +164,9 @@ def build_parser() -> _Parser:
     )
     generate.add_argument("--dtype", choices=DTYPES, default="float32", help="(default: float32)")
     generate.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    generate.add_argument("--seed", type=int, default=0, metavar="K", help="random seed for --sample (default: 0)")
+    generate.add_argument(
+        "--seed", type=int_at_least(0, MAX_SEED), default=0, metavar="K", help="random seed for --sample (default: 0)"
+    )
     generate.set_defaults(parser=generate)
     mode = generate.add_mutually_exclusive_group()
     mode.add_argument("--sample", dest="sample", action="store_true", help="sample from the model")
@@ -135,7 +180,7 @@ def build_parser() -> _Parser:
     )
     demo.add_argument("--tokens", type=positive_int, default=3000, metavar="N", help="tokens per run (default: 3000)")
     add_window_arguments(demo, default_limit=256)
-    demo.set_defaults(sinks=4, parser=demo)
+    demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
 
     commands.add_parser(
@@ -168,68 +213,6 @@ def run_bench(argv: list[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
 
 
-def _device(requested: str | None):
-    import torch
-
-    if requested is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(requested)
-    except RuntimeError as error:
-        raise CliError(f"argument --device: {_one_line(error)}", code=2) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise CliError(f"argument --device: {requested!r} asked for, but torch sees no CUDA device", code=2)
-    return device
-
-
-def generate_command(args: argparse.Namespace) -> int:
-    """Stream MODEL's text to stdout with a live status line (tokens, tokens/s, KV bytes) on stderr."""
-    import torch
-
-    from . import patch
-    from .live import KVMeter, LiveTextStreamer, StatusLine
-    from .loading import load_model
-    from .patches import FAMILIES
-    from .tiny_model import HEADER, build_tiny_model
-
-    device, dtype = _device(args.device), getattr(torch, args.dtype)
-    if args.model is None:
-        (model, tokenizer), family = build_tiny_model(dtype), "llama"
-        header = f"cachelimit: {HEADER}"
-    else:
-        model, tokenizer, family = load_model(args.model, dtype)
-        header = f"cachelimit: {args.model} ({family} family), {args.dtype} on {device}"
-    model = model.to(device)
-    encoded = tokenizer(args.prompt, return_tensors="pt")
-    inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
-    prompt_length = inputs["input_ids"].shape[1]
-    if prompt_length == 0:
-        raise CliError("argument --prompt: the prompt has no tokens; give some text", code=2)
-    options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.sample}
-    if args.prefill_chunk_size is not None:
-        options["prefill_chunk_size"] = args.prefill_chunk_size
-    if model.generation_config.pad_token_id is None:
-        options["pad_token_id"] = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        )
-    if args.cache_limit is None:
-        label = "unbounded"
-        check = FAMILIES[family].check_generation  # a bounded run is checked by cachelimit's generate
-        if check is not None:
-            check(model, prompt_length, args.max_new_tokens)
-    else:
-        options.update(cache_limit=args.cache_limit, num_sink_tokens=args.sinks)
-        label = f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
-    patch(family)
-    torch.manual_seed(args.seed)
-    with StatusLine() as status, KVMeter(model) as meter:
-        streamer = LiveTextStreamer(tokenizer, status, meter, label, header=header, prompt=args.prompt)
-        with torch.inference_mode():
-            model.generate(**inputs, streamer=streamer, **options)
-        status.finish(streamer.line())
-    return 0
-
-
 def _quiet_libraries() -> None:
     """The CLI's stderr is its status line and one-line errors; library warnings would break both."""
     import warnings
@@ -252,20 +235,27 @@ def run(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     check_arguments(args.parser, args)
     _quiet_libraries()
+    # The commands need torch and transformers: imported only now, so --help and argument errors are instant.
     if args.command == "generate":
-        return generate_command(args)
-    from .demo import demo_command
-
-    return demo_command(args)
+        return importlib.import_module(f"{__package__}.stream").generate_command(args)
+    return importlib.import_module(f"{__package__}.demo").demo_command(args)
 
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _stdout_closed() -> bool:
+    """`cachelimit ... >&-` starts Python with no stdout at all (`sys.stdout is None`)."""
+    return sys.stdout is None or getattr(sys.stdout, "closed", False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `cachelimit` and `python -m cachelimit`; returns the exit status."""
     prog = "cachelimit"
+    if _stdout_closed():
+        print(f"{prog}: error: stdout is closed (>&-); redirect it to a file or /dev/null instead", file=sys.stderr)
+        return 2
     try:
         return run(argv)
     except CliError as error:

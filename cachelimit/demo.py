@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from .cli import CliError
+from .cli_errors import CliError
 from .live import KVMeter, StatusLine, format_bytes
 from .tiny_model import HEADER, build_tiny_model
 

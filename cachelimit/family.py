@@ -20,6 +20,7 @@ from typing import Any
 from .utils.generation import make_prepare_inputs
 from .utils.originals import is_replaced
 from .utils.rotary import RotaryShift, rotary_shift
+from .utils.validation import last_position
 
 #: The kinds of positional information a family uses (the "positions" column of the README table).
 ROPE, LEARNED = "rope", "learned"
@@ -134,11 +135,11 @@ def learned_position_check(attribute: str, family_label: str) -> Callable:
 
     def check_generation(model, longest_prompt: int, max_new_tokens: int) -> None:
         limit = getattr(model.config, attribute)
-        if longest_prompt + max_new_tokens > limit:
+        if last_position(longest_prompt, max_new_tokens) >= limit:
             raise ValueError(
                 f"{family_label} has learned absolute positions: the prompt ({longest_prompt} tokens) plus "
                 f"max_new_tokens ({max_new_tokens}) exceeds {attribute}={limit}. Lower max_new_tokens to at most "
-                f"{max(limit - longest_prompt, 0)}, or use a RoPE model (llama, mistral, qwen3, ...)."
+                f"{max(limit - longest_prompt + 1, 0)}, or use a RoPE model (llama, mistral, qwen3, ...)."
             )
 
     return check_generation

@@ -17,6 +17,15 @@ from transformers import TextStreamer
 from .window_cache import BoundedCache
 
 _SAVE, _RESTORE = "\x1b7", "\x1b8"
+#: control characters a model may emit (ESC starts terminal commands), shown as `\xNN` text instead; newline and tab
+#: are text
+_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(32), *range(127, 160)] if code not in (9, 10)}
+
+
+def visible(text: str) -> str:
+    """`text` with every control character but newline and tab written out as `\\xNN`, so a model's output
+    cannot move the cursor, clear the screen or retitle the terminal."""
+    return text.translate(_CONTROLS)
 
 
 def cache_bytes(cache) -> int:
@@ -185,21 +194,21 @@ class LiveTextStreamer(TextStreamer):
         self.token_cache.extend(token_ids)
         text = self.tokenizer.decode(self.token_cache, **self.decode_kwargs)
         if text.endswith("\n"):
-            self.status.write_text(text[self.print_len :])
+            self.status.write_text(visible(text[self.print_len :]))
             self.token_cache, self.print_len = [], 0
         else:
             end = text.rfind(" ") + 1
             if len(text) - max(end, self.print_len) > self.max_held:
                 end = len(text.rstrip("\ufffd"))  # a cut multi-byte character decodes as U+FFFD until complete
             if end > self.print_len:
-                self.status.write_text(text[self.print_len : end])
+                self.status.write_text(visible(text[self.print_len : end]))
                 self.print_len = end
         self.status.show(self.line())
 
     def end(self) -> None:
         if self.token_cache:
             text = self.tokenizer.decode(self.token_cache, **self.decode_kwargs)
-            self.status.write_text(text[self.print_len :])
+            self.status.write_text(visible(text[self.print_len :]))
             self.token_cache, self.print_len = [], 0
         self.next_tokens_are_prompt = True
 

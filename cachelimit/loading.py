@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from . import supported_families
 from .patches import FAMILIES
+
+if TYPE_CHECKING:  # the command line imports this module to check paths, before torch is needed
+    import torch
 
 
 class LoadError(Exception):

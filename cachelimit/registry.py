@@ -31,8 +31,9 @@ from transformers.cache_utils import Cache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
 from .patches.applier import family_of, install_on_patch
-from .patches.generate import _resolved_config, effective_limit
-from .utils.validation import check_int
+from .patches.generate import _resolved_config, effective_limit, native_window
+from .utils.validation import check_int, check_window
+from .window_cache import BoundedCache
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,17 @@ class CacheSetting:
             stacklevel=4,
         )
 
+    def _same_window(self, model, cache: BoundedCache, cache_limit, num_sink_tokens) -> bool:
+        """Continuing a cache of this setting's window (the call may repeat the window too): nothing is ignored."""
+        fixed = self.fixed or GenerateArguments()
+        if fixed.cache_limit is None or (cache_limit, num_sink_tokens or 0) not in (
+            (None, 0),
+            (fixed.cache_limit, fixed.num_sink_tokens or 0),
+        ):
+            return False
+        kept = (effective_limit(model, fixed.cache_limit), fixed.num_sink_tokens or 0)
+        return (cache.policy.limit, cache.policy.num_sinks) == kept
+
     def apply(self, model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs):
         """Return `generate`'s (inputs, generation_config, cache_limit, num_sink_tokens, kwargs) for this run.
 
@@ -236,10 +248,12 @@ class CacheSetting:
         they disagree): a call is never silently run with a cache other than the one it asked for.
         """
         unchanged = (inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
-        if kwargs.get("past_key_values") is not None:
-            self._ignored("`past_key_values` was passed to generate and that cache is used")
-            return unchanged
         fixed = self.fixed or GenerateArguments()
+        given = kwargs.get("past_key_values")
+        if given is not None:
+            if not (isinstance(given, BoundedCache) and self._same_window(model, given, cache_limit, num_sink_tokens)):
+                self._ignored("`past_key_values` was passed to generate and that cache is used")
+            return unchanged
         if cache_limit is not None or num_sink_tokens is not None:
             if (cache_limit, num_sink_tokens or 0) != (fixed.cache_limit, fixed.num_sink_tokens or 0):
                 self._ignored(f"generate got cache_limit={cache_limit}, num_sink_tokens={num_sink_tokens}")
@@ -269,15 +283,14 @@ class CacheSetting:
 
 def _check_bounded(model, name: str, arguments: GenerateArguments) -> None:
     """A sink count must leave room in the *effective* window (a native `sliding_window` can be smaller)."""
-    if arguments.cache_limit is None or not arguments.num_sink_tokens:
+    if arguments.cache_limit is None:
         return
-    effective = effective_limit(model, arguments.cache_limit)
-    if arguments.num_sink_tokens >= effective:
-        raise ValueError(
-            f"set_cache_implementation({name!r}): `num_sink_tokens` must be an int in [0, {effective - 1}] for this "
-            f"model (its sliding_window={model.config.sliding_window} keeps at most {effective} past positions), "
-            f"got {arguments.num_sink_tokens}."
-        )
+    check_window(
+        arguments.cache_limit,
+        arguments.num_sink_tokens,
+        sliding_window=native_window(model),
+        source=f"set_cache_implementation({name!r})",
+    )
 
 
 def set_cache_implementation(model, name: str, **kwargs: Any) -> None:

@@ -212,7 +212,10 @@ def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rot
     allowed = key_real[:, None, :] & (key_column <= query) & (key_column >= lowest[:, None])
     if policy.native_window is not None:
         allowed &= key_column > query - policy.native_window
-    allowed |= key_column == query  # a query always reads itself (keeps pad queries finite)
+    # A pad query reads what a real one would, without itself (as transformers' padding mask has it: after right
+    # padding, the last pad's output gives the first new token); only a query with nothing to read reads itself,
+    # which keeps it finite.
+    allowed |= (key_column == query) & (new_real[:, :, None] | ~allowed.any(-1, keepdim=True))
 
     sink_copies, sink_cos, sink_sin = 1, None, None
     if sinks:

@@ -7,6 +7,7 @@ import unittest
 from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
+from cachelimit.policy import MAX_CACHE_LIMIT
 from tests.common import build_tiny_model, left_padded_batch
 
 
@@ -44,10 +45,11 @@ class BadInputTest(unittest.TestCase):
             ("float", 2.0, TypeError),
             ("bool", True, TypeError),
             ("string", "4", TypeError),
+            ("huge", 10**23, ValueError),
         ]
     )
     def test_cache_limit_must_be_a_positive_int(self, _, value, error):
-        self.assert_rejected(error, ["cache_limit", ">= 1", repr(value)], cache_limit=value)
+        self.assert_rejected(error, ["cache_limit", f"[1, {MAX_CACHE_LIMIT}]", repr(value)], cache_limit=value)
 
     @parameterized.expand([("zero", 0, ValueError), ("negative", -1, ValueError), ("float", 2.0, TypeError)])
     def test_prefill_chunk_size_must_be_a_positive_int(self, _, value, error):

@@ -8,22 +8,64 @@ from ..layered_cache import LayeredBoundedCache
 from ..window_cache import BoundedCache
 from .masks import step_attention_mask
 from .originals import original_attribute
+from .validation import check_window
+
+
+def check_prompt(shape: tuple[int, int], attention_mask, position_ids) -> None:
+    """Refuse what a bounded run with RoPE sinks cannot serve exactly, before any token.
+
+    Such a run moves each sink key to the StreamingLLM position computed from the row's own count of real tokens,
+    so its positions must be exactly those: each row's real tokens count 0, 1, 2, ... from its first real token.
+    That rules out right padding (a row ending in pads, after which transformers numbers the new tokens from the
+    pads' filler position instead) and user `position_ids` that differ on real tokens. Without RoPE sinks a
+    bounded run feeds the model transformers' own (or the user's) position ids, exactly as an unbounded run does.
+    """
+    batch, width = shape
+    if attention_mask is not None and attention_mask.dim() == 2 and width > 0:
+        last = attention_mask[:, -1] == 0
+        if bool(last.any()):
+            row = int(last.nonzero()[0, 0])
+            raise ValueError(
+                f"`attention_mask` ends with padding in row {row} (right padding), which `num_sink_tokens` on a RoPE "
+                "model cannot serve exactly: pad on the left (tokenizer.padding_side = 'left')."
+            )
+    if position_ids is None:
+        return
+    if attention_mask is None:
+        real = torch.ones(batch, width, dtype=torch.bool, device=position_ids.device)
+    else:
+        real = attention_mask.to(device=position_ids.device).bool()
+    expected = real.long().cumsum(-1) - 1
+    if position_ids.dim() != 2 or position_ids.shape[-1] != width or position_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"`position_ids` of shape {tuple(position_ids.shape)} cannot be honoured with `num_sink_tokens` on a "
+            f"RoPE model, which computes the positions of its [{batch}, {width}] inputs itself: leave them out."
+        )
+    given = position_ids.expand(batch, -1)
+    wrong = (given != expected) & real
+    if bool(wrong.any()):
+        row, column = (int(i) for i in wrong.nonzero()[0])
+        raise ValueError(
+            f"`position_ids` differ from the positions `num_sink_tokens` on a RoPE model needs (each row's real "
+            f"tokens count 0, 1, 2, ... from its first real token): row {row}, column {column} has "
+            f"{int(given[row, column])}, expected {int(expected[row, column])}. Leave `position_ids` out."
+        )
 
 
 def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tokens, **kwargs) -> dict:
-    """Prepare one forward of a bounded generation.
+    """Prepare one forward of a bounded generation (the cache is a `BoundedCache`: it carries the limit).
 
     transformers' own preparation slices the inputs; on top of it this announces the step to the cache (which
     plans the slots every layer writes), replaces the 2D mask, which keeps growing by one column per step, by a
     4D mask over exactly the keys the layers will return, and passes explicit position ids: after trimming,
     the model's fallback (`past_key_values.get_seq_length()`) would be wrong.
     """
-    if cache_limit is None:
-        if num_sink_tokens is not None:
-            raise ValueError("`num_sink_tokens` needs a `cache_limit`: sinks are kept inside a bounded cache.")
-        return original(model, input_ids, **kwargs)
     cache = kwargs.get("past_key_values")
     if not isinstance(cache, BoundedCache):
+        if cache_limit is None:
+            if num_sink_tokens is not None:
+                check_window(cache_limit, num_sink_tokens)
+            return original(model, input_ids, **kwargs)
         raise ValueError(
             f"`cache_limit` needs a cachelimit.BoundedCache as `past_key_values`, got {type(cache).__name__}; "
             "call `model.generate(..., cache_limit=...)` on a model patched with `cachelimit.patch()`."
@@ -43,7 +85,13 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     else:
         new_real = attention_mask[:, -num_new:].to(device=new_tokens.device, dtype=torch.bool)
     plan = cache.begin_step(new_real)
-    inputs["position_ids"] = plan.positions
+    # transformers' own position ids (or the user's), as an unbounded run would use them: they equal the plan's
+    # on every real token except after right padding, where transformers counts from the pads' filler position.
+    # RoPE sinks are rotated to positions computed from the plan's, so there the plan's are used (the generate
+    # wrapper has refused inputs on which the two differ).
+    given = inputs.get("position_ids")
+    if given is None or cache.rotary is not None:
+        inputs["position_ids"] = plan.positions
     if isinstance(cache, LayeredBoundedCache):  # hybrid: one mask per layer type (the models take a dict)
         inputs["attention_mask"] = cache.layer_type_masks(model.config, model.dtype)
     else:

@@ -1,28 +1,63 @@
-"""Argument checks that run before any token is generated: bad input is an error, never a fallback."""
+"""The one validator of a bounded run's arguments: every entry point (the generate wrapper, the cache-implementation
+registry, the command line) checks through these functions, so a value is refused with the same range everywhere.
+
+Errors are plain ValueError/TypeError that carry the argument's name and requirement as attributes, so a
+front end that spells arguments differently (the CLI's `--cache-limit`) rewords the message without re-checking.
+No torch or transformers here: the command line validates its flags without importing them.
+"""
 
 from __future__ import annotations
 
 from ..policy import MAX_CACHE_LIMIT
 
 
-def check_int(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    """`value` must be a plain int (bool is rejected) in [minimum, maximum]."""
-    allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+def argument_error(kind: type[Exception], argument: str, requirement: str, source: str = "") -> Exception:
+    """A plain `kind` (ValueError or TypeError) whose message names the argument, with `argument`, `requirement`
+    (what it must be, and what was given) and `source` (where it was set, e.g. "generation_config") as attributes,
+    so that a front end that spells arguments differently (the CLI's `--cache-limit`) can reword it."""
+    where = f" (from {source})" if source else ""
+    error = kind(f"`{argument}`{where} {requirement}.")
+    error.argument, error.requirement, error.source = argument, requirement, source
+    return error
+
+
+def check_int(name: str, value, minimum: int, maximum: int | None = None, *, source: str = "", note: str = "") -> int:
+    """`value` must be a plain int (bool is rejected) in [minimum, maximum]; `note` qualifies the range."""
+    allowed = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be an int {allowed}, got {type(value).__name__} {value!r}.")
+        raise argument_error(TypeError, name, f"must be {allowed}{note}, got {type(value).__name__} {value!r}", source)
     if value < minimum or (maximum is not None and value > maximum):
-        raise ValueError(f"`{name}` must be an int {allowed}, got {value}.")
+        raise argument_error(ValueError, name, f"must be {allowed}{note}, got {value}", source)
     return value
 
 
-def check_window(cache_limit, num_sink_tokens) -> tuple[int, int]:
-    """Validate `cache_limit` (in [1, MAX_CACHE_LIMIT]) and `num_sink_tokens` (0 <= S < cache_limit)."""
+def check_window(
+    cache_limit, num_sink_tokens, *, sliding_window: int | None = None, source: str = ""
+) -> tuple[int, int]:
+    """Validate `cache_limit` (in [1, MAX_CACHE_LIMIT]) and `num_sink_tokens` (0 <= S < the effective limit);
+    return `(L, S)`.
+
+    A model's native `sliding_window = W` keeps at most `W - 1` past positions, so the effective limit is
+    `min(L, W - 1)`; sinks must leave at least one recent position in it.
+    """
     if cache_limit is None:
         if num_sink_tokens is not None:
-            raise ValueError("`num_sink_tokens` needs a `cache_limit`: sinks are kept inside a bounded cache.")
-        raise ValueError("`cache_limit` must be an int >= 1, got None.")
-    limit = check_int("cache_limit", cache_limit, 1)
-    if limit > MAX_CACHE_LIMIT:  # a cap, never allocated, but columns - limit must fit torch's int64
-        raise ValueError(f"`cache_limit` must be an int in [1, {MAX_CACHE_LIMIT}] (2**62), got {limit}.")
-    sinks = 0 if num_sink_tokens is None else check_int("num_sink_tokens", num_sink_tokens, 0, limit - 1)
+            raise argument_error(
+                ValueError, "num_sink_tokens", "needs `cache_limit`: sinks are kept inside a bounded cache", source
+            )
+        raise argument_error(ValueError, "cache_limit", "must be an int >= 1, got None", source)
+    limit = check_int("cache_limit", cache_limit, 1, MAX_CACHE_LIMIT, source=source)
+    if num_sink_tokens is None:
+        return limit, 0
+    effective = limit if sliding_window is None else min(limit, sliding_window - 1)
+    note = " (below `cache_limit`)"
+    if effective < limit:
+        note = f" (below the effective cache limit {effective}: the model's sliding_window={sliding_window})"
+    sinks = check_int("num_sink_tokens", num_sink_tokens, 0, effective - 1, source=source, note=note)
     return limit, sinks
+
+
+def last_position(longest_prompt: int, max_new_tokens: int) -> int:
+    """The largest position id a run feeds to the model: the last generated token is never fed back, so a
+    `P`-token prompt and `N` new tokens use positions `0 .. P + N - 2`."""
+    return longest_prompt + max(max_new_tokens, 1) - 2

@@ -25,7 +25,8 @@ class GPT2BoundedGenerationTest(BoundedGenerationTesterMixin, SinkTesterMixin, u
         forwards = self.count_forwards(model)
         n_positions = model.config.n_positions
         ids, mask = left_padded_batch([10, 4], seed=0)
-        for options in ({"max_new_tokens": n_positions - 9}, {"max_length": n_positions + 1}):
+        # 10 real tokens + N new use positions 0 .. 10 + N - 2 (the last token is never fed back): N = n - 8 is too many
+        for options in ({"max_new_tokens": n_positions - 8}, {"max_length": n_positions + 2}):
             with self.subTest(**options), self.assertRaisesRegex(ValueError, "n_positions"):
                 model.generate(ids, attention_mask=mask, cache_limit=4, do_sample=False, **options)
         self.assertEqual(forwards, [])
