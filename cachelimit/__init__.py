@@ -8,11 +8,15 @@ model.set_cache_implementation("sink", window_length=1025, num_sink_tokens=4)  #
 
 from __future__ import annotations
 
-from . import models  # noqa: F401  (registers the supported families)
-from .patches import FAMILIES, is_patched, patch, unpatch
-from .policy import WindowPolicy
-from .registry import CACHE_IMPLEMENTATIONS, GenerateArguments, register_cache_implementation
-from .window_cache import BoundedCache, BoundedLayer
+from .compat import SUPPORTED_RANGE, check_supported
+
+check_supported()  # first: on an untested transformers, say so before anything below can fail
+
+from . import models  # noqa: E402, F401  (registers the supported families)
+from .patches import FAMILIES, is_patched, patch, unpatch  # noqa: E402
+from .policy import WindowPolicy  # noqa: E402
+from .registry import CACHE_IMPLEMENTATIONS, GenerateArguments, register_cache_implementation  # noqa: E402
+from .window_cache import BoundedCache, BoundedLayer  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -27,6 +31,7 @@ __all__ = [
     "BoundedCache",
     "BoundedLayer",
     "GenerateArguments",
+    "SUPPORTED_RANGE",
     "WindowPolicy",
     "__version__",
     "is_patched",

@@ -16,6 +16,7 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 
 import cachelimit
 from cachelimit import BoundedCache, BoundedLayer
+from cachelimit.compat import REPETITION_PENALTY_SKIPS_LEFT_PADDING, passed_cache
 from tests.common import PAD, VOCAB, build_tiny_model, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 from tests.reference import extended_mask, generated_step_logits
@@ -160,8 +161,9 @@ class BoundedGenerationTesterMixin:
         ids, mask = left_padded_batch([6, 3], seed=7)
         output = self.bounded(model, ids, mask, 3, output_scores=True, repetition_penalty=1.5)
         expected = self.assert_matches_reference(model, output, mask, 3)
-        # transformers ignores each row's left pads when penalising repeated tokens
-        penalty = RepetitionPenaltyLogitsProcessor(1.5, prompt_ignore_length=ids.shape[1] - mask.sum(1))
+        # transformers >= 5.23 ignores each row's left pads when penalising repeated tokens (earlier: pads count)
+        pads = ids.shape[1] - mask.sum(1) if REPETITION_PENALTY_SKIPS_LEFT_PADDING else None
+        penalty = RepetitionPenaltyLogitsProcessor(1.5, prompt_ignore_length=pads)
         prompt = ids.shape[1]
         for step, scores in enumerate(output.scores):
             seen = output.sequences[:, : prompt + step]
@@ -208,7 +210,7 @@ class BoundedGenerationTesterMixin:
         seen = []
 
         def after_forward(module, args, kwargs, output):
-            cache = kwargs["past_key_values"]
+            cache = passed_cache(kwargs)
             self.assertIsInstance(cache, BoundedCache)
             columns = cache.get_seq_length()
             real = mask[:, : min(columns, mask.shape[1])].sum(1) + max(0, columns - mask.shape[1])

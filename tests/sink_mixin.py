@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from parameterized import parameterized
 
+from cachelimit.compat import passed_cache
 from tests.common import VOCAB, build_tiny_model, left_padded_batch
 from tests.sink_reference import StreamingReference, gpt2_reference_logits
 
@@ -230,7 +231,7 @@ class SinkTesterMixin:
         kept, expected = [], []
 
         def after_forward(module, args, kwargs, output):
-            cache = kwargs["past_key_values"]
+            cache = passed_cache(kwargs)
             columns = cache.get_seq_length()
             real_seen = torch.cat([mask, mask.new_ones(len(lengths), new)], 1)[:, :columns].sum(1)
             kept.append(cache.kept_lengths().tolist())

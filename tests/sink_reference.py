@@ -31,6 +31,7 @@ import sys
 import torch
 from transformers import DynamicCache
 
+from cachelimit.compat import CACHE_ARGUMENT
 from cachelimit.utils.masks import attention_mask_for
 
 
@@ -143,7 +144,7 @@ class StreamingReference:
         positions = torch.arange(first, first + tokens.shape[1])[None]
         self._recording = True
         try:
-            out = self.model(input_ids=tokens, position_ids=positions, past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=tokens, position_ids=positions, use_cache=True, **{CACHE_ARGUMENT: cache})
         finally:
             self._recording = False
         self.seen += tokens.shape[1]

@@ -14,6 +14,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
+from ..compat import passed_cache, with_cache
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
 from ..window_cache import BoundedCache
@@ -85,7 +86,7 @@ def check_bounded_run(model, inputs, generation_config, cache_limit, num_sink_to
             max_new = (config.max_length if config.max_length is not None else 20) - tokens.shape[1]
         family.check_generation(model, longest, max_new)
 
-    cache = kwargs.get("past_key_values")
+    cache = passed_cache(kwargs)
     window_prefill = config.prefill_chunk_size is not None
     if cache is None:
         rotary = family.rotary(model) if (family.rotary is not None and sinks) else None
@@ -119,7 +120,7 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
     if cache_limit is None and num_sink_tokens is None:
         return original(self, inputs, generation_config, *args, **kwargs)
     cache = check_bounded_run(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
-    kwargs["past_key_values"] = cache
+    kwargs = with_cache(kwargs, cache)
     with attentions_in_sequence_order(self, cache):  # output_attentions: key columns in sequence order
         return original(
             self, inputs, generation_config, *args, cache_limit=cache_limit, num_sink_tokens=num_sink_tokens, **kwargs
