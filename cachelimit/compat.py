@@ -90,6 +90,29 @@ def output_cache(output):
     return getattr(output, CACHE_ARGUMENT, None)
 
 
+# --- 5.0.0: RoPE settings live in one config field, `rope_parameters` (theta included); 4.x spread them over
+# `rope_theta` and `rope_scaling`.
+def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
+    """Config keyword arguments that give a RoPE model `rope_parameters` (5.x spelling) on this release."""
+    if at_least("5.0.0"):
+        return {"rope_parameters": dict(rope_parameters)}
+    scaling = {key: value for key, value in rope_parameters.items() if key != "rope_theta"}
+    config = {"rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None}
+    if "rope_theta" in rope_parameters:
+        config["rope_theta"] = rope_parameters["rope_theta"]
+    return config
+
+
+# --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
+# `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
+# decoding step. Both give the same tokens; tests that count forwards need to know.
+CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
+
+# --- 5.3.0: a chunked prefill starts after what the given cache already holds; before, it re-read the prompt
+# from column 0, so a returned cache cannot be continued with `prefill_chunk_size` (refused, naming 5.3.0).
+CHUNKED_PREFILL_AFTER_A_CACHE = "5.3.0"
+
+
 # --- 5.4.0: the mask builders (`masking_utils.sdpa_mask`, `eager_mask`) take `q_length` (and `q_offset`) where
 # earlier releases took `cache_position`, the tensor of the queries' columns.
 def query_arguments(queries: int, device: torch.device) -> dict[str, Any]:

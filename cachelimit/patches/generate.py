@@ -14,7 +14,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
-from ..compat import passed_cache, with_cache
+from ..compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
 from ..window_cache import BoundedCache
@@ -104,6 +104,8 @@ def check_bounded_run(model, inputs, generation_config, cache_limit, num_sink_to
             f"The given cache was built with cache_limit={cache.policy.limit}, num_sink_tokens="
             f"{cache.policy.num_sinks}; this call asks for cache_limit={effective}, num_sink_tokens={sinks}."
         )
+    if window_prefill:
+        require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
     cache.set_window_prefill(window_prefill)
     return cache
 
