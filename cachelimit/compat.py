@@ -122,6 +122,12 @@ def query_arguments(queries: int, device: torch.device) -> dict[str, Any]:
     return {"cache_position": torch.arange(queries, device=device)}
 
 
+# --- 5.4.0: likewise a cache layer's `get_mask_sizes` gets the number of queries (before: `cache_position`).
+def query_length(argument: int | torch.Tensor) -> int:
+    """The number of queries from what `get_mask_sizes` was given, on any release."""
+    return argument.shape[0] if isinstance(argument, torch.Tensor) else int(argument)
+
+
 # --- <= 5.12.1 (and 4.57.6): `CacheLayerMixin.get_max_cache_shape` is abstract (later releases dropped it).
 class CacheLayer(CacheLayerMixin):
     """`CacheLayerMixin` with the methods some releases declare abstract; cache layers derive from this."""
