@@ -108,10 +108,6 @@ def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
 # decoding step. Both give the same tokens; tests that count forwards need to know.
 CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
 
-# --- 5.3.0: a chunked prefill starts after what the given cache already holds; before, it re-read the prompt
-# from column 0, so a returned cache cannot be continued with `prefill_chunk_size` (refused, naming 5.3.0).
-CHUNKED_PREFILL_AFTER_A_CACHE = "5.3.0"
-
 
 # --- 5.4.0: the mask builders (`masking_utils.sdpa_mask`, `eager_mask`) take `q_length` (and `q_offset`) where
 # earlier releases took `cache_position`, the tensor of the queries' columns.
@@ -139,6 +135,10 @@ class CacheLayer(CacheLayerMixin):
 # --- 5.21.0: transformers' `QuantizedCache` gains the `fp8` backend (before: "Unknown quantization backend fp8").
 FP8_QUANTIZED_CACHE = "5.21.0"
 QUANTIZED_BACKENDS = ("quanto", "hqq", "fp8") if at_least(FP8_QUANTIZED_CACHE) else ("quanto", "hqq")
+
+# --- 5.21.0: a chunked prefill starts after what the given cache already holds; before, it re-read the prompt
+# from column 0, so a returned cache cannot be continued with `prefill_chunk_size` (refused, naming 5.21.0).
+CHUNKED_PREFILL_AFTER_A_CACHE = "5.21.0"
 
 # --- 5.23.0: `generate`'s repetition penalty skips each row's left padding (`prompt_ignore_length` per row);
 # before, pad tokens in the prompt counted as seen tokens and were penalised too.

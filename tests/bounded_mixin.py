@@ -278,7 +278,7 @@ class BoundedGenerationTesterMixin:
         """New user tokens after a bounded run are read with full attention over the kept past, or through
         the window when that call chunks its prefill (each call's own `prefill_chunk_size` decides)."""
         if second_chunk is not None and not compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE):
-            self.skipTest("continuing a returned cache with prefill_chunk_size needs transformers >= 5.3.0")
+            self.skipTest("continuing a returned cache with prefill_chunk_size needs transformers >= 5.21.0")
         model = self.build()
         ids, mask = left_padded_batch([8, 5], seed=12)
         first = self.bounded(model, ids, mask, 3, max_new_tokens=4, prefill_chunk_size=first_chunk)

@@ -173,7 +173,7 @@ class SinkTesterMixin:
         """Tokens appended to a returned sequence are read in one multi-token forward from the kept cache (RoPE:
         queries at cache-relative positions after the kept keys), or window by window with `prefill_chunk_size`."""
         if chunk is not None and not compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE):
-            self.skipTest("continuing a returned cache with prefill_chunk_size needs transformers >= 5.3.0")
+            self.skipTest("continuing a returned cache with prefill_chunk_size needs transformers >= 5.21.0")
         model = self.sink_build()
         ids, mask = left_padded_batch([prompt_length], seed=5)
         second_new = 9

@@ -91,14 +91,14 @@ class BadInputTest(unittest.TestCase):
         self.forwards.clear()
         self.assert_rejected(ValueError, ["cache_limit=3", "cache_limit=4"], cache_limit=4, past_key_values=cache)
 
-    @unittest.skipIf(compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE), "transformers >= 5.3.0 supports it")
+    @unittest.skipIf(compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE), "transformers >= 5.21.0 supports it")
     def test_chunked_prefill_after_a_returned_cache_on_old_transformers(self):
         cache = self.model.generate(
             self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
         ).past_key_values
         self.forwards.clear()
         self.assert_rejected(
-            ValueError, ["prefill_chunk_size", "transformers >= 5.3.0"], cache_limit=3, past_key_values=cache,
+            ValueError, ["prefill_chunk_size", "transformers >= 5.21.0"], cache_limit=3, past_key_values=cache,
             prefill_chunk_size=2,
         )  # fmt: skip
 
