@@ -1,7 +1,7 @@
 """Every difference between the transformers releases cachelimit supports, in one place.
 
-cachelimit runs on transformers 4.57.6 (the last 4.x) through 5.24.x. The releases differ in a few small
-ways that matter to it; each is one constant or function here, named after what it does and commented with
+cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
+CI matrix runs green (setup.py declares the same). The releases differ in a few small ways that matter to it; each is one constant or function here, named after what it does and commented with
 the release it belongs to, so the rest of the code never compares versions and a new release is handled by
 adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
 
@@ -19,7 +19,7 @@ import transformers
 from packaging.version import Version
 from transformers.cache_utils import CacheLayerMixin
 
-#: The releases cachelimit is tested on (every leg of `.ci/run` and `tools/leg.py`); setup.py declares the same.
+#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same. 4.57.6 once its leg is green.
 OLDEST_SUPPORTED = "5.23.0"
 FIRST_UNSUPPORTED = "5.25"
 SUPPORTED_RANGE = f">={OLDEST_SUPPORTED},<{FIRST_UNSUPPORTED}"
