@@ -16,8 +16,8 @@ setup(
     install_requires=[
         # Install torch==2.13.0 first (see README): a bare `torch` requirement can pull a multi-GB CUDA build.
         "torch>=2.4",
-        # The range cachelimit is tested on; it builds on transformers' 5.x Cache layers and masking_utils.
-        "transformers>=5.23.0,<5.24",
+        # The range cachelimit is tested on (the CI matrix); cachelimit.compat.SUPPORTED_RANGE says the same.
+        "transformers>=5.23.0,<5.25",
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],

@@ -25,6 +25,7 @@ _EXPORTS = {
     "BoundedCache": ".window_cache",
     "BoundedLayer": ".window_cache",
     "WindowPolicy": ".policy",
+    "SUPPORTED_RANGE": ".compat",
     "FAMILIES": ".family",
     "Family": ".family",
     "is_patched": ".patches",
@@ -34,6 +35,7 @@ _EXPORTS = {
 }
 
 if TYPE_CHECKING:
+    from .compat import SUPPORTED_RANGE
     from .family import FAMILIES, Family
     from .patches import is_patched, patch, patched, unpatch
     from .policy import WindowPolicy
@@ -41,8 +43,17 @@ if TYPE_CHECKING:
     from .window_cache import BoundedCache, BoundedLayer
 
 
+_families_registered = False
+
+
 def _register_families() -> None:
-    importlib.import_module(".models", __name__)  # importing the family modules registers them
+    """Runs on the first use of the API: warn on an untested transformers (before anything can fail on it), then
+    import the family modules, which registers them."""
+    global _families_registered
+    if not _families_registered:
+        importlib.import_module(".compat", __name__).check_supported()
+        importlib.import_module(".models", __name__)
+        _families_registered = True
 
 
 def __getattr__(name: str) -> Any:
@@ -58,7 +69,6 @@ def supported_families() -> list[str]:
     """Names accepted by `patch` and `unpatch`: the `model_type` of every registered family."""
     _register_families()
     return sorted(__getattr__("FAMILIES"))
-    return sorted(FAMILIES)
 
 
 def __dir__() -> list[str]:
@@ -72,6 +82,7 @@ __all__ = [
     "BoundedLayer",
     "Family",
     "GenerateArguments",
+    "SUPPORTED_RANGE",
     "WindowPolicy",
     "__version__",
     "is_patched",

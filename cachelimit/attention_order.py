@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
+from .compat import passed_cache
 from .policy import WindowPolicy
 from .step_plan import StepPlan
 
@@ -66,7 +67,7 @@ def attentions_in_sequence_order(model: torch.nn.Module, cache) -> Iterator[None
 
     def reorder(module, args, kwargs, output):
         attentions = getattr(output, "attentions", None)
-        if not attentions or kwargs.get("past_key_values") is not cache or cache.plan is None:
+        if not attentions or passed_cache(kwargs) is not cache or cache.plan is None:
             return None
         orders: dict[int, torch.Tensor] = {}  # per cache owning a layer (hybrid models: one per layer group)
 

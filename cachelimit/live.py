@@ -14,6 +14,7 @@ from typing import TextIO
 
 from transformers import TextStreamer
 
+from .compat import output_cache, passed_cache
 from .window_cache import BoundedCache
 
 _SAVE, _RESTORE = "\x1b7", "\x1b8"
@@ -54,9 +55,9 @@ class KVMeter:
         self.handle = None
 
     def _read(self, module, args, kwargs, output) -> None:
-        cache = getattr(output, "past_key_values", None)
+        cache = output_cache(output)
         if cache is None:
-            cache = kwargs.get("past_key_values")
+            cache = passed_cache(kwargs)
         if cache is not None:
             self.bytes = cache_bytes(cache)
 

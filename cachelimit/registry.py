@@ -30,6 +30,7 @@ from transformers import GenerationConfig, PretrainedConfig
 from transformers.cache_utils import Cache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
+from .compat import FP8_QUANTIZED_CACHE, passed_cache, require, with_cache
 from .patches.applier import family_of, install_on_patch
 from .patches.generate import _resolved_config, effective_limit, native_window
 from .utils.validation import check_int, check_window
@@ -107,6 +108,8 @@ def quantized(
     options = {name: value for name, value in options.items() if value is not None}
     if backend == "fp8" and options:
         raise ValueError(f"backend='fp8' quantizes per tensor and takes no group-wise options, got {sorted(options)}.")
+    if backend == "fp8":
+        require("The 'quantized' cache with backend='fp8'", FP8_QUANTIZED_CACHE)
     return GenerateArguments(
         generation={"cache_implementation": "quantized", "cache_config": {"backend": backend, **options}}
     )
@@ -249,7 +252,7 @@ class CacheSetting:
         """
         unchanged = (inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
         fixed = self.fixed or GenerateArguments()
-        given = kwargs.get("past_key_values")
+        given = passed_cache(kwargs)
         if given is not None:
             if not (isinstance(given, BoundedCache) and self._same_window(model, given, cache_limit, num_sink_tokens)):
                 self._ignored("`past_key_values` was passed to generate and that cache is used")
@@ -265,7 +268,7 @@ class CacheSetting:
             return unchanged
         built = self.fixed if self.fixed is not None else self.factory(model.config, config, **self.kwargs)
         if isinstance(built, Cache):
-            return inputs, generation_config, None, None, {**kwargs, "past_key_values": built}
+            return inputs, generation_config, None, None, with_cache(kwargs, built)
         if not isinstance(built, GenerateArguments):
             raise TypeError(
                 f"The factory of cache implementation {self.name!r} returned {type(built).__name__}; it must "

@@ -18,14 +18,15 @@ from __future__ import annotations
 from functools import partial
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 
+from .compat import CacheLayer
 from .policy import WindowPolicy
 from .step_plan import RowState, StepPlan, plan_step
 from .utils.validation import check_window
 
 
-class BoundedLayer(CacheLayerMixin):
+class BoundedLayer(CacheLayer):
     """One layer of a `BoundedCache`; all bookkeeping lives in the parent cache's current `StepPlan`."""
 
     is_sliding = True

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from cachelimit.compat import CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN
+
 
 def ring_capacities(widths: Iterable[int], ring: int) -> list[int]:
     """Ring slots allocated after each forward of the given widths (tokens per forward, pads included)."""
@@ -28,6 +30,8 @@ def forward_widths(prompt: int, chunk: int | None, new_tokens: int) -> list[int]
     """Widths of the forwards of one `generate`: the prompt (in chunks of `chunk`), then one per new token but the
     last (the last token is chosen, never fed)."""
     prefill = [prompt] if chunk is None else [min(chunk, prompt - start) for start in range(0, prompt, chunk)]
+    if chunk is not None and CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN:  # transformers 4.x: the last prompt token
+        prefill = [min(chunk, prompt - 1 - start) for start in range(0, prompt - 1, chunk)] + [1]  # is a decode step
     return prefill + [1] * (new_tokens - 1)
 
 

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import torch
 
 import cachelimit
+from cachelimit.compat import passed_cache
 
 from .common import left_padded_batch
 
@@ -29,7 +30,7 @@ def seen_caches(model):
     """The `past_key_values` of every forward run inside the block."""
     caches = []
     handle = model.register_forward_pre_hook(
-        lambda module, args, kwargs: caches.append(kwargs.get("past_key_values")), with_kwargs=True
+        lambda module, args, kwargs: caches.append(passed_cache(kwargs)), with_kwargs=True
     )
     try:
         yield caches

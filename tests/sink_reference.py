@@ -38,6 +38,7 @@ import sys
 import torch
 from transformers import DynamicCache
 
+from cachelimit.compat import CACHE_ARGUMENT
 from cachelimit.utils.masks import attention_mask_for
 
 
@@ -128,7 +129,7 @@ class StreamingReference:
         self._pending = None
         self.modeling.apply_rotary_pos_emb = self._recording_apply
         try:
-            return self.model(past_key_values=cache, use_cache=True, **inputs)
+            return self.model(use_cache=True, **{CACHE_ARGUMENT: cache}, **inputs)
         finally:
             self.modeling.apply_rotary_pos_emb = self.apply_rotary_pos_emb
 

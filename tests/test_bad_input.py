@@ -7,6 +7,8 @@ import unittest
 from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
+from cachelimit import compat
+from cachelimit.compat import rope_config
 from cachelimit.policy import MAX_CACHE_LIMIT
 from tests.common import build_tiny_model, left_padded_batch
 
@@ -91,6 +93,17 @@ class BadInputTest(unittest.TestCase):
         self.forwards.clear()
         self.assert_rejected(ValueError, ["cache_limit=3", "cache_limit=4"], cache_limit=4, past_key_values=cache)
 
+    @unittest.skipIf(compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE), "transformers >= 5.21.0 supports it")
+    def test_chunked_prefill_after_a_returned_cache_on_old_transformers(self):
+        cache = self.model.generate(
+            self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
+        ).past_key_values
+        self.forwards.clear()
+        self.assert_rejected(
+            ValueError, ["prefill_chunk_size", "transformers >= 5.21.0"], cache_limit=3, past_key_values=cache,
+            prefill_chunk_size=2,
+        )  # fmt: skip
+
     def test_assisted_decoding_with_an_assistant_model(self):
         assistant = build_tiny_model("llama", seed=1)
         assistant_forwards = self.count_forwards(assistant)
@@ -114,10 +127,10 @@ class BadInputTest(unittest.TestCase):
         """Sink keys are moved by composing rotations, which only works when RoPE frequencies are fixed."""
         if rope_parameters is None:
             yarn = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 512, "rope_theta": 1e4}
-            model = build_tiny_model("llama", rope_parameters=yarn)
+            model = build_tiny_model("llama", **rope_config(yarn))
             self.assertEqual(len(model.generate(self.ids, attention_mask=self.mask, max_new_tokens=3, cache_limit=3,
                                                 num_sink_tokens=1)[0]), self.ids.shape[1] + 3)  # fmt: skip
             return
-        model = build_tiny_model("llama", rope_parameters={**rope_parameters, "rope_theta": 1e4})
+        model = build_tiny_model("llama", **rope_config({**rope_parameters, "rope_theta": 1e4}))
         self.forwards = self.count_forwards(model)
         self.assert_rejected(ValueError, ["num_sink_tokens", rope_type], model=model, cache_limit=3, num_sink_tokens=1)

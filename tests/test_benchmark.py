@@ -16,6 +16,7 @@ from cachelimit import benchmark
 from cachelimit.bench import report as bench_report
 from cachelimit.bench.ideal import RingBufferLayer
 from cachelimit.bench.worker import kv_bytes_held
+from cachelimit.compat import CACHE_ARGUMENT
 from tests.common import build_tiny_model, left_padded_batch
 
 
@@ -28,7 +29,7 @@ class IdealCacheTest(unittest.TestCase):
         options = dict(max_new_tokens=25, do_sample=False, output_logits=True, return_dict_in_generate=True)
         bounded = model.generate(ids, attention_mask=mask, cache_limit=limit, **options)
         ring = Cache(layers=[RingBufferLayer(limit + 1) for _ in range(model.config.num_hidden_layers)])
-        ideal = model.generate(ids, attention_mask=mask, past_key_values=ring, **options)
+        ideal = model.generate(ids, attention_mask=mask, **{CACHE_ARGUMENT: ring}, **options)
         self.assertTrue(torch.equal(bounded.sequences, ideal.sequences))
         torch.testing.assert_close(torch.stack(ideal.logits), torch.stack(bounded.logits), atol=1e-5, rtol=0)
         self.assertEqual(kv_bytes_held(ring), bounded.past_key_values.kv_bytes())

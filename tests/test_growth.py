@@ -17,6 +17,7 @@ from parameterized import parameterized
 
 import cachelimit
 from cachelimit import BoundedCache
+from cachelimit.compat import passed_cache
 from cachelimit.patches.applier import FAMILIES
 from cachelimit.policy import MAX_CACHE_LIMIT
 from tests.common import VOCAB, build_tiny_model, left_padded_batch
@@ -50,11 +51,12 @@ class GrowthTesterMixin:
         seen: list[tuple[int, int]] = []
 
         def after_forward(module, args, kwargs, output):
-            cache = kwargs["past_key_values"]
+            cache = passed_cache(kwargs)
             if isinstance(cache, BoundedCache):
                 seen.append((cache.get_seq_length(), cache.kv_bytes()))
 
-        handle = model.register_forward_hook(after_forward, with_kwargs=True)
+        # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
+        handle = model.base_model.register_forward_hook(after_forward, with_kwargs=True)
         try:
             yield seen
         finally:

@@ -17,7 +17,7 @@ from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, QuantizedCache, StaticCache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
-from cachelimit import registry
+from cachelimit import compat, registry
 
 from .common import VOCAB, build_tiny_model, left_padded_batch
 from .declarations import representative_families
@@ -99,6 +99,9 @@ class TransformersNamesTest(unittest.TestCase):
         self.assertTrue(caches[0].offloading)
         self.assertTrue(torch.equal(tokens, expected))
 
+    @unittest.skipUnless(
+        compat.at_least(compat.FP8_QUANTIZED_CACHE), "fp8 QuantizedCache needs transformers >= 5.21.0"
+    )
     def test_quantized_fp8_backend_builds_transformers_quantized_cache(self):
         model = build_tiny_model("llama")
         model.set_cache_implementation("quantized", backend="fp8")
@@ -106,6 +109,13 @@ class TransformersNamesTest(unittest.TestCase):
             tokens, _ = run(model)
         self.assertIsInstance(caches[0], QuantizedCache)
         self.assertEqual(tokens.shape, (len(LENGTHS), max(LENGTHS) + NEW))
+
+    @unittest.skipIf(compat.at_least(compat.FP8_QUANTIZED_CACHE), "transformers >= 5.21.0 has the fp8 backend")
+    def test_quantized_fp8_backend_refused_naming_the_release(self):
+        model = build_tiny_model("llama")
+        with self.assertRaisesRegex(ValueError, r"backend='fp8'.*transformers >= 5\.21\.0.*is installed"):
+            model.set_cache_implementation("quantized", backend="fp8")
+        self.assertIsNone(getattr(model, "_cachelimit_setting", None))
 
     @parameterized.expand(
         [("quanto", "optimum-quanto", is_optimum_quanto_available), ("hqq", "hqq", is_hqq_available)]

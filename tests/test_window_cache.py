@@ -16,6 +16,7 @@ import torch
 from parameterized import parameterized
 
 from cachelimit import BoundedCache, BoundedLayer
+from cachelimit.compat import passed_cache
 from tests.common import build_tiny_model, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 
@@ -133,7 +134,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         checked_forwards = []
 
         def after_forward(module, args, kwargs, output):
-            cache = kwargs["past_key_values"]
+            cache = passed_cache(kwargs)
             columns = cache.get_seq_length()
             real_seen = mask[:, : min(columns, width)].sum(1) + max(0, columns - width)
             self.assertTrue(torch.equal(cache.kept_lengths(), real_seen.clamp(max=limit)), f"{columns} columns")
@@ -177,7 +178,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         steps = []
 
         def after_forward(module, args, kwargs, output):
-            cache = kwargs["past_key_values"]
+            cache = passed_cache(kwargs)
             columns = cache.get_seq_length()
             real_seen = mask[:, : min(columns, width)].sum(1) + max(0, columns - width)
             expected = real_seen.clamp(max=limit).repeat_interleave(beams)

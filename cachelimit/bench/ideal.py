@@ -7,10 +7,11 @@ do (write one token into a preallocated buffer) so that its time is the bound fo
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import CacheLayerMixin
+
+from ..compat import CacheLayer, query_length
 
 
-class RingBufferLayer(CacheLayerMixin):
+class RingBufferLayer(CacheLayer):
     """The speed bound ("ideal" variant): `slots` preallocated positions; a decode step writes the new token into
     slot `column % slots` (the token leaving the window) and returns the buffer. No plan, no padding support, the
     prompt must fit the buffer: it exists only to time the cheapest bounded decode through the model's own forward.
@@ -51,8 +52,8 @@ class RingBufferLayer(CacheLayerMixin):
         filled = min(self.cumulative_length, self.slots)  # until it wraps, only the written prefix (a view)
         return self.keys[:, :, :filled], self.values[:, :, :filled]
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        seen = self.cumulative_length + query_length
+    def get_mask_sizes(self, queries: int) -> tuple[int, int]:
+        seen = self.cumulative_length + query_length(queries)
         return min(seen, self.slots), max(0, seen - self.slots)
 
     def get_seq_length(self) -> int:

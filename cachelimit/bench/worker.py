@@ -23,6 +23,7 @@ from transformers.cache_utils import Cache
 
 import cachelimit
 from cachelimit.bench.ideal import RingBufferLayer
+from cachelimit.compat import CACHE_ARGUMENT, passed_cache
 
 #: (layers, hidden, heads, MLP width); vocab 1024, float32. "full" is the issue's Mistral-/GPT-2-small shape.
 SHAPES = {"full": (12, 768, 12, 3072), "quick": (4, 256, 4, 1024)}
@@ -139,9 +140,7 @@ def variant_kwargs(spec: dict, model) -> dict:
         return {"cache_limit": limit, "num_sink_tokens": SINKS}
     if variant == "ideal":
         return {
-            "past_key_values": Cache(
-                layers=[RingBufferLayer(limit + 1) for _ in range(model.config.num_hidden_layers)]
-            )
+            CACHE_ARGUMENT: Cache(layers=[RingBufferLayer(limit + 1) for _ in range(model.config.num_hidden_layers)])
         }
     raise ValueError(f"Unknown variant {variant!r}.")
 
@@ -157,7 +156,7 @@ def run_one(spec: dict) -> dict:
     cache_ref: dict = {}
 
     def grab_cache(module, args, kwargs):
-        cache_ref.setdefault("cache", kwargs.get("past_key_values"))
+        cache_ref.setdefault("cache", passed_cache(kwargs))
 
     hook = model.register_forward_pre_hook(grab_cache, with_kwargs=True)
     clock = StepClock(batch, spec["sample_every"], cache_ref, spec.get("progress", False))

@@ -20,6 +20,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
+from ..compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
 from ..layered_cache import LayeredBoundedCache, bounded_cache_for, layer_groups
 from ..utils import layers
 from ..utils.generation import check_prompt
@@ -206,12 +207,14 @@ def check_bounded_run(
             max_new = (config.max_length if config.max_length is not None else 20) - tokens.shape[1]
         family.check_generation(model, longest, max_new)
 
-    cache = kwargs.get("past_key_values")
+    cache = passed_cache(kwargs)
     window_prefill = config.prefill_chunk_size is not None
     if cache is None:
         rotary = {} if family.rotary is None else {"rotary": family.rotary}  # learned positions: nothing to move
         return bounded_cache_for(model, limit, sinks, window_prefill=window_prefill, **rotary)
     cache = _given_cache(model, family, cache, effective, sinks, None if tokens is None else tokens.shape[1])
+    if window_prefill and cache.state is not None:
+        require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
     cache.set_window_prefill(window_prefill)
     return cache
 
@@ -228,7 +231,7 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
         inputs, generation_config, cache_limit, num_sink_tokens, kwargs = setting.apply(
             self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
         )
-    given = kwargs.get("past_key_values")
+    given = passed_cache(kwargs)
     if cache_limit is None and num_sink_tokens is None and isinstance(given, BoundedCache):
         cache_limit, num_sink_tokens = given.policy.limit, given.policy.num_sinks  # continuing a bounded run
         source = "past_key_values"
@@ -237,7 +240,7 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
         return original(self, inputs, generation_config, *args, **kwargs)
     check_assistant(generation_config, {})
     cache = check_bounded_run(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source)
-    kwargs["past_key_values"] = cache
+    kwargs = with_cache(kwargs, cache)
     # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
     # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
     with attentions_in_sequence_order(self, cache):  # output_attentions: key columns in sequence order

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import CACHE_ARGUMENT, passed_cache
 from ..layered_cache import LayeredBoundedCache
 from ..window_cache import BoundedCache
 from .masks import step_attention_mask
@@ -60,14 +61,14 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     4D mask over exactly the keys the layers will return, and passes explicit position ids: after trimming,
     the model's fallback (`past_key_values.get_seq_length()`) would be wrong.
     """
-    cache = kwargs.get("past_key_values")
+    cache = passed_cache(kwargs)
     if not isinstance(cache, BoundedCache):
         if cache_limit is None:
             if num_sink_tokens is not None:
                 check_window(cache_limit, num_sink_tokens)
             return original(model, input_ids, **kwargs)
         raise ValueError(
-            f"`cache_limit` needs a cachelimit.BoundedCache as `past_key_values`, got {type(cache).__name__}; "
+            f"`cache_limit` needs a cachelimit.BoundedCache as `{CACHE_ARGUMENT}`, got {type(cache).__name__}; "
             "call `model.generate(..., cache_limit=...)` on a model patched with `cachelimit.patch()`."
         )
     attention_mask = kwargs.pop("attention_mask", None)
@@ -106,15 +107,15 @@ def make_prepare_inputs(family_name: str):
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
-        next_sequence_length: int | None = None,
-        past_key_values=None,
         attention_mask: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        is_first_iteration: bool | None = False,
         cache_limit: int | None = None,
         num_sink_tokens: int | None = None,
         **kwargs,
     ) -> dict:
+        # `inputs_embeds` must be a named parameter (`generate` looks for it in this signature); everything else
+        # passes through under the names the installed transformers uses (`past_key_values` or `cache`,
+        # `cache_position`, `next_sequence_length`, ...: see `cachelimit.compat`).
         original = original_attribute(type(self), "prepare_inputs_for_generation")
         return bounded_prepare_inputs(
             self,
@@ -122,11 +123,8 @@ def make_prepare_inputs(family_name: str):
             input_ids,
             cache_limit,
             num_sink_tokens,
-            next_sequence_length=next_sequence_length,
-            past_key_values=past_key_values,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
-            is_first_iteration=is_first_iteration,
             **kwargs,
         )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
+from ..compat import query_arguments
+
 SUPPORTED_ATTENTION = ("eager", "sdpa")
 
 
@@ -17,7 +19,7 @@ def attention_mask_for(config, allowed: torch.Tensor, dtype: torch.dtype) -> tor
     batch, queries, keys = allowed.shape
     return ALL_MASK_ATTENTION_FUNCTIONS[implementation](
         batch_size=batch,
-        q_length=queries,
+        **query_arguments(queries, allowed.device),
         kv_length=keys,
         mask_function=lambda b, h, q, k: allowed[b, q, k],
         attention_mask=None,

@@ -1,0 +1,145 @@
+"""Every difference between the transformers releases cachelimit supports, in one place.
+
+cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
+CI matrix runs green (setup.py declares the same). The releases differ in a few small ways that matter to it; each is one constant or function here, named after what it does and commented with
+the release it belongs to, so the rest of the code never compares versions and a new release is handled by
+adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
+
+Where a difference can be bridged it is (a name, a missing method); where it cannot (a feature an old
+release lacks), the feature is refused with an error that names the release it needs (`require`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import transformers
+from packaging.version import Version
+from transformers.cache_utils import CacheLayerMixin
+
+#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same. 4.57.6 once its leg is green.
+OLDEST_SUPPORTED = "5.23.0"
+FIRST_UNSUPPORTED = "5.25"
+SUPPORTED_RANGE = f">={OLDEST_SUPPORTED},<{FIRST_UNSUPPORTED}"
+
+#: The transformers this process runs (its release, without local or dev suffixes).
+TRANSFORMERS = Version(Version(transformers.__version__).base_version)
+
+
+def at_least(release: str) -> bool:
+    """Whether the installed transformers is `release` or newer."""
+    return release_at_least(TRANSFORMERS, release)
+
+
+def release_at_least(installed: Version, release: str) -> bool:
+    return installed >= Version(release)
+
+
+def is_supported(installed: Version = TRANSFORMERS) -> bool:
+    return Version(OLDEST_SUPPORTED) <= installed < Version(FIRST_UNSUPPORTED)
+
+
+def check_supported(installed: Version = TRANSFORMERS) -> None:
+    """Warn (not fail) when transformers is outside the tested range; see README "Versions" for why."""
+    if not is_supported(installed):
+        warnings.warn(
+            f"cachelimit is tested with transformers {SUPPORTED_RANGE}, but transformers {installed} is installed; "
+            f"bounded generation may fail or differ. Install a supported release "
+            f'(pip install "transformers{SUPPORTED_RANGE}") or check this one with `python tools/leg.py {installed}`.',
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+def require(feature: str, release: str) -> None:
+    """Refuse (ValueError, before any token) a feature the installed transformers lacks, naming the release
+    that brought it."""
+    if not at_least(release):
+        raise ValueError(
+            f"{feature} needs transformers >= {release}, but transformers {TRANSFORMERS} is installed "
+            f'(pip install "transformers>={release},<{FIRST_UNSUPPORTED}").'
+        )
+
+
+# --- 5.24.0: `past_key_values` is renamed `cache` (generate, prepare_inputs_for_generation, forward, outputs).
+# The old name is still accepted by 5.24's `generate` (with a FutureWarning); outputs keep a
+# `past_key_values` property. Users may pass either name; cachelimit hands the cache on under the release's.
+CACHE_ARGUMENT = "cache" if at_least("5.24.0") else "past_key_values"
+_CACHE_NAMES = ("cache", "past_key_values")
+
+
+def passed_cache(kwargs: dict[str, Any]):
+    """The cache a `generate`/`prepare_inputs_for_generation` call was given, under either name (or None)."""
+    for name in (CACHE_ARGUMENT, "past_key_values"):
+        if kwargs.get(name) is not None:
+            return kwargs[name]
+    return None
+
+
+def with_cache(kwargs: dict[str, Any], cache) -> dict[str, Any]:
+    """`kwargs` with `cache` under the installed release's argument name (any other spelling removed)."""
+    kwargs = {key: value for key, value in kwargs.items() if key not in _CACHE_NAMES}
+    kwargs[CACHE_ARGUMENT] = cache
+    return kwargs
+
+
+def output_cache(output):
+    """The cache a `generate`/forward output returns (`.cache` from 5.24.0 on, `.past_key_values` before)."""
+    return getattr(output, CACHE_ARGUMENT, None)
+
+
+# --- 5.0.0: RoPE settings live in one config field, `rope_parameters` (theta included); 4.x spread them over
+# `rope_theta` and `rope_scaling`.
+def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
+    """Config keyword arguments that give a RoPE model `rope_parameters` (5.x spelling) on this release."""
+    if at_least("5.0.0"):
+        return {"rope_parameters": dict(rope_parameters)}
+    scaling = {key: value for key, value in rope_parameters.items() if key != "rope_theta"}
+    config = {"rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None}
+    if "rope_theta" in rope_parameters:
+        config["rope_theta"] = rope_parameters["rope_theta"]
+    return config
+
+
+# --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
+# `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
+# decoding step. Both give the same tokens; tests that count forwards need to know.
+CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
+
+
+# --- 5.4.0: the mask builders (`masking_utils.sdpa_mask`, `eager_mask`) take `q_length` (and `q_offset`) where
+# earlier releases took `cache_position`, the tensor of the queries' columns.
+def query_arguments(queries: int, device: torch.device) -> dict[str, Any]:
+    """The keyword arguments that tell a mask builder there are `queries` queries, starting at column 0."""
+    if at_least("5.4.0"):
+        return {"q_length": queries}
+    return {"cache_position": torch.arange(queries, device=device)}
+
+
+# --- 5.4.0: likewise a cache layer's `get_mask_sizes` gets the number of queries (before: `cache_position`).
+def query_length(argument: int | torch.Tensor) -> int:
+    """The number of queries from what `get_mask_sizes` was given, on any release."""
+    return argument.shape[0] if isinstance(argument, torch.Tensor) else int(argument)
+
+
+# --- <= 5.12.1 (and 4.57.6): `CacheLayerMixin.get_max_cache_shape` is abstract (later releases dropped it).
+class CacheLayer(CacheLayerMixin):
+    """`CacheLayerMixin` with the methods some releases declare abstract; cache layers derive from this."""
+
+    def get_max_cache_shape(self) -> int:
+        return self.get_max_length()
+
+
+# --- 5.21.0: transformers' `QuantizedCache` gains the `fp8` backend (before: "Unknown quantization backend fp8").
+FP8_QUANTIZED_CACHE = "5.21.0"
+QUANTIZED_BACKENDS = ("quanto", "hqq", "fp8") if at_least(FP8_QUANTIZED_CACHE) else ("quanto", "hqq")
+
+# --- 5.21.0: a chunked prefill starts after what the given cache already holds; before, it re-read the prompt
+# from column 0, so a returned cache cannot be continued with `prefill_chunk_size` (refused, naming 5.21.0).
+CHUNKED_PREFILL_AFTER_A_CACHE = "5.21.0"
+
+# --- 5.23.0: `generate`'s repetition penalty skips each row's left padding (`prompt_ignore_length` per row);
+# before, pad tokens in the prompt counted as seen tokens and were penalised too.
+REPETITION_PENALTY_SKIPS_LEFT_PADDING = at_least("5.23.0")
