@@ -163,14 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     done = _journal(journal)
     todo = [] if args.report_only else [job for job in _jobs(args, limits) if job["key"] not in done]
     if todo:
-        from .pretrained import load_pretrained
+        from . import patch
+        from .pretrained import MissingModelError, load_pretrained
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        from . import patch
-
         started = time.perf_counter()
-        model, tokenizer = load_pretrained("smollm2", dtype=getattr(torch, args.dtype))
+        try:
+            model, tokenizer = load_pretrained("smollm2", dtype=getattr(torch, args.dtype))
+        except MissingModelError as error:
+            print(f"cachelimit bench --quality: error: {error}", file=sys.stderr)
+            return 1
         print(f"model loaded in {time.perf_counter() - started:.1f} s", flush=True)
         patch("llama")
         text = args.text.read_text(encoding="utf-8") if args.text else default_text()
