@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limits", default=",".join(map(str, DEFAULT_LIMITS)), help="cache limits (default: 64,256)")
     parser.add_argument("--sample-tokens", type=int, default=1500, help="tokens per free sample (0: none)")
     parser.add_argument("--sample-limit", type=int, default=256, help="cache limit of the free samples")
-    parser.add_argument("--only", help="run only these configurations (comma-separated names from the journal keys)")
+    parser.add_argument("--only", help="run only these runs (journal keys, separated by ';')")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the free samples")
@@ -146,7 +146,7 @@ def _jobs(args, limits) -> list[dict]:
             jobs.append({"name": name, "cache_limit": cache_limit, "num_sink_tokens": sinks, "kind": "sample"})
             jobs[-1]["key"] = f"sample {name}"
     if args.only:
-        wanted = {part.strip() for part in args.only.split(",")}
+        wanted = {part.strip() for part in args.only.split(";")}
         jobs = [job for job in jobs if job["key"] in wanted]
     return jobs
 
