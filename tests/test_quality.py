@@ -79,9 +79,9 @@ def test_force_text_sees_the_raw_logits(model, text):
 
 def test_report_tables_and_json(tmp_path):
     runs = [
-        {"kind": "nll", "name": "dense", "cache_limit": None, "num_sink_tokens": None, "nll": [1.0] * 600,
+        {"kind": "chunked", "name": "dense", "cache_limit": None, "num_sink_tokens": None, "nll": [1.0] * 600,
          "seconds": 1.0, "source": "x"},
-        {"kind": "nll", "name": "window L=64", "cache_limit": 64, "num_sink_tokens": None, "nll": [2.0] * 600,
+        {"kind": "chunked", "name": "window L=64", "cache_limit": 64, "num_sink_tokens": None, "nll": [2.0] * 600,
          "seconds": 1.0, "source": "x"},
     ]  # fmt: skip
     text = quality_report.write_report(runs, tmp_path)
@@ -90,3 +90,12 @@ def test_report_tables_and_json(tmp_path):
     assert data["summary"]["window L=64"]["perplexity_after_window_fills"] == pytest.approx(7.389, abs=1e-3)
     assert (tmp_path / "quality_nll.png").stat().st_size > 0
     assert quality_report.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize("window", [{}, {"cache_limit": 5}, {"cache_limit": 6, "num_sink_tokens": 2}])
+def test_chunked_path_equals_decode_path(model, text, window):
+    """The cheap path (the text as a chunked prompt) gives the decode path's numbers."""
+    decoded = torch.tensor(quality.teacher_forced_nll(model, text, **window))
+    for chunk in (1, 7):
+        chunked = torch.tensor(quality.chunked_nll(model, text, chunk=chunk, **window))
+        torch.testing.assert_close(chunked, decoded, atol=1e-4, rtol=0)
