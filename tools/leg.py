@@ -35,9 +35,9 @@ PIN = re.compile(r"transformers==[0-9][0-9A-Za-z.]*")
 #: cache's own layer API. Families added later share the same generate/cache/mask path and are run in full
 #: on the newest release by the main leg.
 SUBSET = (
-    "tests/test_llama.py",
-    "tests/test_gpt2.py",
-    "tests/test_mistral.py",
+    "tests/models/test_llama.py",
+    "tests/models/test_gpt2.py",
+    "tests/models/test_mistral.py",
     "tests/test_registry.py",
     "tests/test_bad_input.py",
     "tests/test_window_cache.py",
