@@ -120,16 +120,19 @@ class StreamingReference:
         self.seen = 0
         self._pending = None  # (key, cos, sin) given to apply_rotary_pos_emb since the last cache update
 
+    def close(self) -> None:
+        """Nothing to release: the reference wraps `apply_rotary_pos_emb` only during its own forwards."""
+
     def _recording_apply(self, q, k, cos, sin, *args, **kwargs):
         self._pending = (k, cos, sin)
         return self.apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs)
 
-    def _forward(self, cache: _RecordingCache, **inputs):
-        """One model forward with `apply_rotary_pos_emb` recorded (and restored afterwards)."""
+    def _forward(self, cache: _RecordingCache, module=None, **inputs):
+        """One forward of `module` (the model) with `apply_rotary_pos_emb` recorded (and restored afterwards)."""
         self._pending = None
         self.modeling.apply_rotary_pos_emb = self._recording_apply
         try:
-            return self.model(use_cache=True, **{CACHE_ARGUMENT: cache}, **inputs)
+            return (module or self.model)(use_cache=True, **{CACHE_ARGUMENT: cache}, **inputs)
         finally:
             self.modeling.apply_rotary_pos_emb = self.apply_rotary_pos_emb
 
@@ -157,9 +160,9 @@ class StreamingReference:
         self.tables = [None] * len(self.tables)
         tokens = torch.ones(1, length, dtype=torch.long)
         with torch.no_grad():
-            self._forward(
-                _RecordingCache(self._record_table), input_ids=tokens, position_ids=torch.arange(length)[None]
-            )
+            # the decoder alone: hooks on the model (tests recording its outputs) never see this probe
+            cache = _RecordingCache(self._record_table)
+            self._forward(cache, self.model.base_model, input_ids=tokens, position_ids=torch.arange(length)[None])
         self.table_length = length
 
     def _rotate(self, layer: int, raw_keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
