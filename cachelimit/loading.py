@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import supported_families
-from .patches import FAMILIES
 from .pretrained import PRETRAINED, MissingModelError, load_pretrained
 
 if TYPE_CHECKING:  # the command line imports this module to check paths, before torch is needed
@@ -83,7 +82,8 @@ def load_model(name: str, dtype: torch.dtype):
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except Exception as error:
         raise load_error(name, local, error) from None
-    classes = FAMILIES[family].model_classes
+    # the package's lazy export (the family registry imports torch, which `--help` must not wait for)
+    classes = sys.modules[__package__].FAMILIES[family].model_classes
     if not isinstance(model, classes):
         raise LoadError(
             f"{name!r} loads as {type(model).__name__}; cachelimit's {family} family covers "

@@ -218,7 +218,7 @@ class BoundedGenerationTesterMixin(FamilyTestBase):
             seen.append(columns)
 
         # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = model.base_model.register_forward_hook(after_forward, with_kwargs=True)
+        handle = model.get_decoder().register_forward_hook(after_forward, with_kwargs=True)
         try:
             with self.record_layer_updates() as updates:
                 output = self.bounded(model, ids, mask, limit, prefill_chunk_size=chunk)

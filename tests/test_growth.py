@@ -55,8 +55,9 @@ class GrowthTesterMixin:
             if isinstance(cache, BoundedCache):
                 seen.append((cache.get_seq_length(), cache.kv_bytes()))
 
-        # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = model.base_model.register_forward_hook(after_forward, with_kwargs=True)
+        # the decoder: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks, and
+        # OPT's causal LM calls its decoder directly, past the base model
+        handle = model.get_decoder().register_forward_hook(after_forward, with_kwargs=True)
         try:
             yield seen
         finally:
