@@ -15,7 +15,7 @@ from typing import TextIO
 from transformers import TextStreamer
 
 from .compat import output_cache, passed_cache
-from .window_cache import BoundedCache
+from .window_cache import kv_bytes
 
 _SAVE, _RESTORE = "\x1b7", "\x1b8"
 #: control characters a model may emit (ESC starts terminal commands), shown as `\xNN` text instead; newline and tab
@@ -27,19 +27,6 @@ def visible(text: str) -> str:
     """`text` with every control character but newline and tab written out as `\\xNN`, so a model's output
     cannot move the cursor, clear the screen or retitle the terminal."""
     return text.translate(_CONTROLS)
-
-
-def cache_bytes(cache) -> int:
-    """Bytes of key/value storage a transformers `Cache` holds right now (all layers)."""
-    if isinstance(cache, BoundedCache):
-        return cache.kv_bytes()
-    total = 0
-    for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name, None)
-            if tensor is not None:
-                total += tensor.numel() * tensor.element_size()
-    return total
 
 
 def format_bytes(count: int) -> str:
@@ -59,7 +46,7 @@ class KVMeter:
         if cache is None:
             cache = passed_cache(kwargs)
         if cache is not None:
-            self.bytes = cache_bytes(cache)
+            self.bytes = kv_bytes(cache)
 
     def __enter__(self) -> KVMeter:
         self.handle = self.model.register_forward_hook(self._read, with_kwargs=True)

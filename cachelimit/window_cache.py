@@ -252,10 +252,23 @@ class BoundedCache(Cache):
 
     def kv_bytes(self) -> int:
         """Bytes of key/value storage allocated by all layers right now (the sink copies of RoPE models included):
-        it grows with the tokens kept until the ring is full, then stays constant."""
-        total = 0
-        for layer in self.layers:
-            for tensor in (layer.keys, layer.values, getattr(layer, "sink_keys", None)):
-                if tensor is not None:
-                    total += tensor.numel() * tensor.element_size()
-        return total
+        it grows with the tokens kept until the ring is full, then stays constant (see `kv_bytes`)."""
+        return kv_bytes(self)
+
+
+def kv_bytes(cache) -> int:
+    """Bytes of key/value storage any transformers `Cache` holds right now: the storages behind every layer's
+    keys, values and (cachelimit's RoPE sinks) un-rotated sink keys, each counted once and whole.
+
+    The one counter behind `BoundedCache.kv_bytes`, the CLI's live figure and the benchmarks, so that they all
+    measure the same thing: a sliced view counts the whole storage it keeps alive (as transformers'
+    `DynamicSlidingWindowLayer` window does), which is what the process really holds.
+    """
+    storages: dict[int, int] = {}
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values", "sink_keys"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())

@@ -15,8 +15,8 @@ from transformers.cache_utils import Cache
 from cachelimit import benchmark
 from cachelimit.bench import report as bench_report
 from cachelimit.bench.ideal import RingBufferLayer
-from cachelimit.bench.worker import kv_bytes_held
 from cachelimit.compat import CACHE_ARGUMENT
+from cachelimit.window_cache import kv_bytes
 from tests.common import build_tiny_model, left_padded_batch
 
 
@@ -32,7 +32,7 @@ class IdealCacheTest(unittest.TestCase):
         ideal = model.generate(ids, attention_mask=mask, **{CACHE_ARGUMENT: ring}, **options)
         self.assertTrue(torch.equal(bounded.sequences, ideal.sequences))
         torch.testing.assert_close(torch.stack(ideal.logits), torch.stack(bounded.logits), atol=1e-5, rtol=0)
-        self.assertEqual(kv_bytes_held(ring), bounded.past_key_values.kv_bytes())
+        self.assertEqual(kv_bytes(ring), bounded.past_key_values.kv_bytes())
 
 
 class PlanTest(unittest.TestCase):
@@ -85,7 +85,7 @@ class MemoryCountTest(unittest.TestCase):
         layer.keys, layer.values = full[:, :, 1:], torch.zeros(1, 2, 8, 4)
         cache = Layer()
         cache.layers = [layer]
-        self.assertEqual(kv_bytes_held(cache), (9 + 8) * 2 * 4 * 4)
+        self.assertEqual(kv_bytes(cache), (9 + 8) * 2 * 4 * 4)
 
 
 def synthetic_run(variant: str, step_ms: list[float], role: str = "grid", **overrides) -> dict:

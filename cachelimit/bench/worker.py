@@ -24,6 +24,7 @@ from transformers.cache_utils import Cache
 import cachelimit
 from cachelimit.bench.ideal import RingBufferLayer
 from cachelimit.compat import CACHE_ARGUMENT, passed_cache
+from cachelimit.window_cache import kv_bytes
 
 #: (layers, hidden, heads, MLP width); vocab 1024, float32. "full" is the issue's Mistral-/GPT-2-small shape.
 SHAPES = {"full": (12, 768, 12, 3072), "quick": (4, 256, 4, 1024)}
@@ -82,19 +83,6 @@ def proc_status() -> dict[str, int]:
     return fields
 
 
-def kv_bytes_held(cache) -> int:
-    """Bytes of the storages behind every layer's keys/values (and sink keys): a sliced view counts the whole
-    storage it keeps alive, as DynamicSlidingWindowLayer's window does."""
-    storages = {}
-    for layer in getattr(cache, "layers", []):
-        for name in ("keys", "values", "sink_keys"):
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                storage = tensor.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
-
-
 class StepClock(StoppingCriteria):
     """Never stops generation; stamps the time a token is chosen and samples memory every `sample_every` tokens.
     `generate` deep-copies its criteria, so the copy is the clock itself."""
@@ -112,7 +100,7 @@ class StepClock(StoppingCriteria):
         count = len(self.arrive)
         if count == 1 or count % self.sample_every == 0:
             status = proc_status()
-            self.samples.append([count, kv_bytes_held(self.cache_ref.get("cache")), status["VmRSS"], status["VmHWM"]])
+            self.samples.append([count, kv_bytes(self.cache_ref.get("cache")), status["VmRSS"], status["VmHWM"]])
             if self.progress:
                 print(f"@steps {count - self.reported}", flush=True)
                 self.reported = count
@@ -181,8 +169,8 @@ def run_one(spec: dict) -> dict:
         "prefill_s": clock.arrive[0] - start,
         "total_s": time.perf_counter() - start,
         "step_ms": [round(value, 4) for value in step_ms],
-        "samples": clock.samples + [[len(clock.arrive), kv_bytes_held(cache), status["VmRSS"], status["VmHWM"]]],
-        "kv_bytes": kv_bytes_held(cache),
+        "samples": clock.samples + [[len(clock.arrive), kv_bytes(cache), status["VmRSS"], status["VmHWM"]]],
+        "kv_bytes": kv_bytes(cache),
         "peak_rss_bytes": status["VmHWM"],
         "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "cache_class": type(cache).__name__,
