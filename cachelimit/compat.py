@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import transformers
 from packaging.version import Version
+from transformers import GenerationConfig
 from transformers.cache_utils import CacheLayerMixin
 
 #: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same. 4.57.6 once its leg is green.
@@ -107,6 +108,20 @@ def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
 # `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
 # decoding step. Both give the same tokens; tests that count forwards need to know.
 CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
+
+
+# --- 5.0.0: `GenerationConfig.update(..., defaults_only=True)` fills only the fields a config leaves unset (None);
+# 4.x had no such flag (its update overwrote every field) and `generate` filled, from the model's defaults, the
+# fields a passed config left at the library default.
+def fill_generation_defaults(config: GenerationConfig, defaults: dict[str, Any]) -> None:
+    """Complete a passed generation config with the model's defaults the way the installed `generate` does."""
+    if at_least("5.0.0"):
+        config.update(**defaults, defaults_only=True)
+        return
+    library = GenerationConfig()
+    for key, value in defaults.items():
+        if hasattr(config, key) and getattr(config, key) == getattr(library, key, None):
+            setattr(config, key, value)
 
 
 # --- 5.4.0: the mask builders (`masking_utils.sdpa_mask`, `eager_mask`) take `q_length` (and `q_offset`) where

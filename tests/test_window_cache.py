@@ -72,8 +72,9 @@ class DecodeAudit:
             self.column += self.pending
 
         handles = [
-            self.model.register_forward_pre_hook(count_columns, with_kwargs=True),
-            self.model.register_forward_hook(after_forward, with_kwargs=True),
+            # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
+            self.model.get_decoder().register_forward_pre_hook(count_columns, with_kwargs=True),
+            self.model.get_decoder().register_forward_hook(after_forward, with_kwargs=True),
         ]
         BoundedLayer.update = update
         try:

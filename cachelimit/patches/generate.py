@@ -20,7 +20,7 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
-from ..compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
+from ..compat import CHUNKED_PREFILL_AFTER_A_CACHE, fill_generation_defaults, passed_cache, require, with_cache
 from ..layered_cache import LayeredBoundedCache, bounded_cache_for, layer_groups
 from ..utils import layers
 from ..utils.generation import check_prompt
@@ -37,7 +37,7 @@ def _resolved_config(model, generation_config, kwargs) -> GenerationConfig:
     """The generation config `generate` will use (model defaults, then the given config, then kwargs)."""
     config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
     # Like transformers: a passed config is completed by the model's own defaults, then the kwargs win.
-    config.update(**model.generation_config.to_dict(), defaults_only=True)
+    fill_generation_defaults(config, model.generation_config.to_dict())
     config.update(**{key: value for key, value in kwargs.items() if hasattr(config, key)})
     return config
 
