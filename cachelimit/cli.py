@@ -275,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 0
     except KeyboardInterrupt:
         print("\ncachelimit: interrupted", file=sys.stderr)
+        if argv is None:  # the process's own command line: leave now, with 130
+            # A Ctrl-C that lands inside C code (torch's import runs some) makes CPython kill itself with SIGINT
+            # at exit even though it was handled here; exiting at once keeps the status 130.
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(130)
         return 130
     except BrokenPipeError:  # `cachelimit generate ... | head`: stop quietly
         with contextlib.suppress(OSError):
