@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from .plots import rolling_median
+from .plots import rolling_median, save_figure
 from .stats import MIB, summarize, timed_steps
 
 CAP_PROMPT = 32
@@ -131,6 +131,4 @@ def plot_cap(results: list[dict], path: Path) -> None:
     for axis in (time_axis, kv_axis):
         axis.set_xlabel("generated tokens")
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)

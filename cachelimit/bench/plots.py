@@ -17,6 +17,15 @@ LABELS = {
 STYLE = {"cachelimit": {"linewidth": 2.2}, "ideal": {"linestyle": "--"}}
 
 
+def save_figure(figure, path: Path) -> None:
+    """Lay out, write (PNG, 110 dpi: every benchmark plot alike) and free a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 def rolling_median(values: list[float], window: int) -> list[float]:
     """Median of each run of `window` consecutive values (a smoother that ignores the odd descheduled step)."""
     return [statistics.median(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
@@ -50,9 +59,7 @@ def plot_ms_per_token(runs: list[dict], path: Path) -> None:
     axis.set_ylabel("ms / step")
     axis.set_ylim(bottom=0)
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def plot_memory(runs: list[dict], path: Path) -> None:
@@ -71,9 +78,7 @@ def plot_memory(runs: list[dict], path: Path) -> None:
     for axis in (kv_axis, rss_axis):
         axis.set_xlabel("generated tokens")
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def plot_grid(summaries: list[dict], path: Path) -> None:
@@ -112,9 +117,7 @@ def plot_grid(summaries: list[dict], path: Path) -> None:
             axis.set_ylabel("ms / step (median, IQR bars)")
             axis.set_ylim(bottom=0)
     axes[0][0].legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def plot_all(results: list[dict], summaries: list[dict], out: Path) -> None:
