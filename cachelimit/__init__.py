@@ -51,11 +51,13 @@ _families_registered = False
 
 def _register_families() -> None:
     """Runs on the first use of the API: warn on an untested transformers (before anything can fail on it), then
-    import the family modules, which registers them."""
+    import the family modules, which registers them, and the registry, which hands `set_cache_implementation` to
+    the applier: every method `patch()` installs must be known before the first `patch()`."""
     global _families_registered
     if not _families_registered:
         importlib.import_module(".compat", __name__).check_supported()
         importlib.import_module(".models", __name__)
+        importlib.import_module(".registry", __name__)
         _families_registered = True
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -139,3 +141,15 @@ class ApplierTest(unittest.TestCase):
                     self.assertIn(name, parameters)
                     self.assertIsNot(parameters[name].kind, inspect.Parameter.VAR_KEYWORD)
                     self.assertIsNone(parameters[name].default)
+
+
+class FreshProcessTest(unittest.TestCase):
+    def test_first_patch_installs_every_method(self):
+        """In a fresh process the public `patch()` is the first use of the package: the methods other modules
+        hand to the applier (`set_cache_implementation`, from the registry) must be installed all the same."""
+        code = (
+            "import cachelimit; from transformers import LlamaForCausalLM; cachelimit.patch('llama'); "
+            "print(callable(getattr(LlamaForCausalLM, 'set_cache_implementation', None)))"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        self.assertEqual(result.stdout.strip(), "True", result.stderr[-2000:])
