@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -124,9 +125,15 @@ class TestTerminal(unittest.TestCase):
                                    stderr=slave, env=environment, cwd=REPO)  # fmt: skip
         os.close(slave)
         chunks = []
+        deadline = time.monotonic() + 300  # start-up imports torch: slow on a loaded machine, so no idle timeout
         with contextlib.suppress(OSError):  # reading a pty whose writer has exited raises EIO
-            while select.select([master], [], [], 60)[0] and (chunk := os.read(master, 65536)):
-                chunks.append(chunk)
+            while time.monotonic() < deadline:
+                if select.select([master], [], [], 1)[0]:
+                    if not (chunk := os.read(master, 65536)):
+                        break
+                    chunks.append(chunk)
+                elif process.poll() is not None:
+                    break
         os.close(master)
         self.assertEqual(process.wait(timeout=60), 0)
         screen = b"".join(chunks).decode()
