@@ -17,7 +17,7 @@ setup(
         # Install torch==2.13.0 first (see README): a bare `torch` requirement can pull a multi-GB CUDA build.
         "torch>=2.4",
         # The range cachelimit is tested on (the CI matrix); cachelimit.compat.SUPPORTED_RANGE says the same.
-        "transformers>=5.23.0,<5.25",
+        "transformers>=4.57.6,<5.25",
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],

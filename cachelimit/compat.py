@@ -11,6 +11,7 @@ release lacks), the feature is refused with an error that names the release it n
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -20,8 +21,8 @@ from packaging.version import Version
 from transformers import GenerationConfig
 from transformers.cache_utils import CacheLayerMixin
 
-#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same. 4.57.6 once its leg is green.
-OLDEST_SUPPORTED = "5.23.0"
+#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
+OLDEST_SUPPORTED = "4.57.6"
 FIRST_UNSUPPORTED = "5.25"
 SUPPORTED_RANGE = f">={OLDEST_SUPPORTED},<{FIRST_UNSUPPORTED}"
 
@@ -104,10 +105,61 @@ def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def uses_rope(config) -> bool:
+    """Whether a model's config sets RoPE (5.x: `rope_parameters`; 4.x: `rope_theta`)."""
+    return getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+
+
+# --- 5.2.0: generate keeps `position_ids` among its model kwargs and advances them every step (a user's too);
+# before, `prepare_inputs_for_generation` derived them from the mask at each step, with pads at position 1, and
+# passed a user's unchanged (so after the prompt every step reused its last column).
+GENERATE_ADVANCES_POSITION_IDS = "5.2.0"
+#: The position transformers gives a pad when its prepare step derives positions from the mask (None: it does not).
+MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
+
+
+# --- 5.0.0: Gemma 3 keeps its sliding layers' RoPE in one rotary module with the full layers' (it takes a
+# `layer_type`); 4.x has a second module, `rotary_emb_local`, that nothing maps to its layers generically.
+def has_separate_local_rotary(model: torch.nn.Module) -> bool:
+    """Whether the model keeps a second rotary module for its sliding layers (4.x Gemma 3): attention sinks,
+    which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
+    return getattr(decoder_body(model), "rotary_emb_local", None) is not None
+
+
+# --- 5.0.0: every causal LM's `base_model` is its decoder body; 4.x Gemma3ForCausalLM's `base_model_prefix`
+# names an attribute it lacks, so its `base_model` is the LM itself and the body is `model.model`.
+def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
+    """The module that holds the decoder layers and the rotary embedding."""
+    body = model.base_model
+    if body is model and isinstance(getattr(model, "model", None), torch.nn.Module):
+        return model.model
+    return body
+
+
 # --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
 # `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
 # decoding step. Both give the same tokens; tests that count forwards need to know.
 CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
+
+
+# --- 5.0.0: 4.x's chunked prefill also passes `position_ids = cache_position[None]`, counted from 0 on every row
+# whatever its left padding (5.0.0 leaves them out, so positions come from the attention mask).
+CHUNKED_PREFILL_IGNORES_PADDING = not at_least("5.0.0")
+
+
+def chunk_positions_ignore_padding(position_ids: torch.Tensor | None, cache_position: torch.Tensor | None) -> bool:
+    """Whether `position_ids` are the padding-blind ones a 4.x chunked prefill passes (a bounded run then uses
+    the positions it computes from the mask, as every 5.x release and the non-chunked path do)."""
+    if (
+        not CHUNKED_PREFILL_IGNORES_PADDING
+        or position_ids is None
+        or cache_position is None
+        or position_ids.dim() != 2
+    ):
+        return False
+    if position_ids.shape[-1] != cache_position.shape[-1]:
+        return False
+    return bool((position_ids == cache_position.to(position_ids.device)[None]).all())
 
 
 # --- 5.0.0: `GenerationConfig.update(..., defaults_only=True)` fills only the fields a config leaves unset (None);
@@ -158,3 +210,11 @@ CHUNKED_PREFILL_AFTER_A_CACHE = "5.21.0"
 # --- 5.23.0: `generate`'s repetition penalty skips each row's left padding (`prompt_ignore_length` per row);
 # before, pad tokens in the prompt counted as seen tokens and were penalised too.
 REPETITION_PENALTY_SKIPS_LEFT_PADDING = at_least("5.23.0")
+
+
+def config_fields(config_class: type) -> set[str]:
+    """The settings a config class declares. 5.x configs are dataclasses (their fields); 4.x configs take them
+    as `__init__` keyword arguments. Both, plus the class's `attribute_map` aliases."""
+    fields = set(getattr(config_class, "__dataclass_fields__", ()))
+    fields |= set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
+    return fields | set(config_class.attribute_map)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .compat import config_fields
 from .utils.generation import make_prepare_inputs
 from .utils.originals import is_replaced
 from .utils.rotary import RotaryShift, rotary_shift
@@ -82,7 +83,7 @@ class Family:
         """A config of this family's tiny shape (`tiny_config`, then `overrides`); a `layer_types` tuple is a
         pattern repeated over the layers."""
         config_class = self.config_class
-        declared = set(getattr(config_class, "__dataclass_fields__", ())) | set(config_class.attribute_map)
+        declared = config_fields(config_class)
         shared = {key: value for key, value in ROPE_TINY.items() if key in declared} if self.positions == ROPE else {}
         values = {**shared, **self.tiny_config, **overrides}
         pattern = values.get("layer_types")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
+from .compat import has_separate_local_rotary, require, uses_rope
 from .policy import WindowPolicy
 from .step_plan import StepPlan
 from .utils.layers import FULL, SLIDING, attention_kinds
@@ -168,9 +169,10 @@ def bounded_cache_for(
             f"{min(kept)} positions, cache_limit={cache_limit} keeps {max(kept)}) is not supported yet: use "
             f"cache_limit <= {window - 1} with sinks, or num_sink_tokens=0."
         )
-    uses_rope = getattr(config, "rope_parameters", None) is not None
     rotaries = {}
-    if num_sink_tokens and uses_rope:
+    if num_sink_tokens and uses_rope(config):
+        if has_separate_local_rotary(model):
+            require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
         rotaries = {group.rotary_kind: rotary(model, group.rotary_kind) for group in groups}
     if len(groups) == 1:
         return BoundedCache(

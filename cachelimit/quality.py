@@ -114,7 +114,8 @@ def chunked_nll(model, tokens: torch.Tensor, chunk: int = 64, cache_limit=None, 
             )
     finally:
         handle.remove()
-    hidden = torch.cat(states[: -(-tokens.shape[1] // chunk)])[:-1]  # the chunk forwards; position t -> t + 1
+    # the prompt's forwards (transformers 4.x reads its last token in a decoding step); position t -> t + 1
+    hidden = torch.cat(states)[: tokens.shape[1] - 1]
     nll = []
     with torch.inference_mode():
         for start in range(0, hidden.shape[0], chunk):

@@ -48,7 +48,10 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     backend.decoder = decoders.ByteLevel()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **SPECIAL_TOKENS)
+    # a causal LM takes no token_type_ids (transformers 4.x's default `model_input_names` has them)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_input_names=["input_ids", "attention_mask"], **SPECIAL_TOKENS
+    )
     tokenizer.add_special_tokens(SPECIAL_TOKENS)
     return tokenizer
 

@@ -17,7 +17,16 @@ from transformers.generation.logits_process import RepetitionPenaltyLogitsProces
 import cachelimit
 from cachelimit import BoundedCache, BoundedLayer, compat
 from cachelimit.compat import REPETITION_PENALTY_SKIPS_LEFT_PADDING, passed_cache
-from tests.common import PAD, VOCAB, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
+from tests.common import (
+    PAD,
+    VOCAB,
+    FamilyTestBase,
+    build_tiny_model,
+    decoder_module,
+    head_dim,
+    kv_heads,
+    left_padded_batch,
+)
 from tests.growth_spec import ring_capacities, widths_between
 from tests.reference import extended_mask, generated_step_logits
 
@@ -218,7 +227,7 @@ class BoundedGenerationTesterMixin(FamilyTestBase):
             seen.append(columns)
 
         # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = model.get_decoder().register_forward_hook(after_forward, with_kwargs=True)
+        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             with self.record_layer_updates() as updates:
                 output = self.bounded(model, ids, mask, limit, prefill_chunk_size=chunk)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 import cachelimit
+from cachelimit import compat
 from cachelimit.family import ROPE
 
 VOCAB = 61
@@ -28,9 +29,11 @@ def build_tiny_model(
     cachelimit.patch(family)
     declaration = cachelimit.FAMILIES[family]
     config = declaration.tiny(layers, VOCAB, **config_overrides)
+    config._attn_implementation = attn_implementation  # at construction: 4.x cannot switch StableLM's afterwards
     torch.manual_seed(seed)
     model = declaration.model_classes[0](config)
-    model.set_attn_implementation(attn_implementation)
+    if model.config._attn_implementation != attn_implementation:
+        model.set_attn_implementation(attn_implementation)
     model = model.to(dtype).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = PAD
@@ -74,3 +77,17 @@ def head_dim(config) -> int:
 
 def kv_heads(config) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
+def decoder_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module every forward of a generation passes through, to hook: transformers 4.x runs prefill chunks
+    through the top model's `forward` (past its hooks) and OPT's LM bypasses its base model, so the decoder;
+    4.x's `get_decoder()` returns the top model itself for GPT-2 (no `model`/`decoder` attribute)."""
+    decoder = model.get_decoder()
+    return model.base_model if decoder is model else decoder
+
+
+def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
+    """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
+    if compat.has_separate_local_rotary(model):
+        test.skipTest("transformers 4.x Gemma 3 has a second rotary module for its sliding layers: sinks need 5.0.0")

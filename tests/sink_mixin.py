@@ -13,7 +13,16 @@ from parameterized import parameterized
 
 from cachelimit import compat
 from cachelimit.compat import passed_cache
-from tests.common import VOCAB, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
+from tests.common import (
+    VOCAB,
+    FamilyTestBase,
+    build_tiny_model,
+    decoder_module,
+    head_dim,
+    kv_heads,
+    left_padded_batch,
+    skip_where_sinks_are_refused,
+)
 from tests.sink_reference import StreamingReference, banded_sink_logits
 
 ATTENTION = ("eager", "sdpa")
@@ -56,6 +65,7 @@ class SinkHelpers(FamilyTestBase):
         return build_tiny_model(self.family, attn, **overrides)
 
     def run_sinks(self, model, ids, mask, limit, sinks, new, **kwargs):
+        skip_where_sinks_are_refused(self, model)
         out = model.generate(
             ids,
             attention_mask=mask,
@@ -239,7 +249,7 @@ class SinkTesterMixin(SinkHelpers):
             expected.append(real_seen.clamp(max=limit).tolist())
 
         # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = model.get_decoder().register_forward_hook(after_forward, with_kwargs=True)
+        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             out, _ = self.run_sinks(model, ids, mask, limit, sinks, new, prefill_chunk_size=chunk)
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unittest
 
+import torch
 from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
@@ -95,14 +96,20 @@ class BadInputTest(unittest.TestCase):
 
     @unittest.skipIf(compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE), "transformers >= 5.21.0 supports it")
     def test_chunked_prefill_after_a_returned_cache_on_old_transformers(self):
-        cache = self.model.generate(
+        first = self.model.generate(
             self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
-        ).past_key_values
+        )
+        sequences = torch.cat([first.sequences, first.sequences[:, -2:]], 1)  # the sequence so far + 2 new tokens
+        mask = torch.cat([self.mask, self.mask.new_ones(len(sequences), 4)], 1)
         self.forwards.clear()
-        self.assert_rejected(
-            ValueError, ["prefill_chunk_size", "transformers >= 5.21.0"], cache_limit=3, past_key_values=cache,
-            prefill_chunk_size=2,
-        )  # fmt: skip
+        with self.assertRaises(ValueError) as caught:
+            self.model.generate(
+                sequences, attention_mask=mask, max_new_tokens=2, cache_limit=3, prefill_chunk_size=2,
+                past_key_values=first.past_key_values,
+            )  # fmt: skip
+        for fragment in ("prefill_chunk_size", "transformers >= 5.21.0"):
+            self.assertIn(fragment, str(caught.exception))
+        self.assertEqual(self.forwards, [], "a forward ran before the error")
 
     def test_assisted_decoding_with_an_assistant_model(self):
         assistant = build_tiny_model("llama", seed=1)
@@ -116,6 +123,20 @@ class BadInputTest(unittest.TestCase):
     def test_unsupported_attention_implementation(self):
         self.model.set_attn_implementation("flex_attention")
         self.assert_rejected(ValueError, ["attn_implementation", "flex_attention", "eager", "sdpa"], cache_limit=3)
+
+    def test_sinks_on_gemma3_of_transformers_4_are_refused(self):
+        model = build_tiny_model("gemma3_text")
+        if not compat.has_separate_local_rotary(model):
+            self.skipTest("transformers >= 5.0.0: Gemma 3 has one rotary module, its sinks are tested per family")
+        self.forwards = self.count_forwards(model)
+        self.assert_rejected(ValueError, ["num_sink_tokens", "transformers >= 5.0.0"], model, cache_limit=3,
+                             num_sink_tokens=1)  # fmt: skip
+
+    @unittest.skipUnless(compat.CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN, "transformers >= 5.0.0 chunks any prompt")
+    def test_chunked_one_token_prompt_on_transformers_4(self):
+        self.ids, self.mask = self.ids[:, -1:], self.mask[:, -1:]
+        self.assert_rejected(ValueError, ["prefill_chunk_size", "one-token prompt", "5.0.0"], cache_limit=3,
+                             prefill_chunk_size=2)  # fmt: skip
 
     def test_gpt2_beyond_n_positions(self):
         model = build_tiny_model("gpt2")

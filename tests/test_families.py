@@ -5,6 +5,7 @@ from __future__ import annotations
 import unittest
 
 import cachelimit
+from cachelimit import compat
 from cachelimit.family import LEARNED, ROPE
 from tests.declarations import declared_tests, representative_families, supported_families_table
 from tests.family_mixin import FamilyOracleMixin
@@ -42,6 +43,7 @@ class RegistryTest(unittest.TestCase):
 
 
 class ReadmeTest(unittest.TestCase):
+    @unittest.skipUnless(compat.at_least("5.0.0"), "generated on 5.x: 4.x configs spell Gemma 3's RoPE bases apart")
     def test_supported_families_table_matches_the_registry(self):
         text = README.read_text()
         self.assertIn(supported_families_table(), text)

@@ -15,7 +15,7 @@ import torch
 from parameterized import parameterized
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
-from cachelimit import BoundedCache
+from cachelimit import BoundedCache, compat
 
 from .common import build_tiny_model, left_padded_batch
 from .registry_helpers import registered, run, seen_caches, setting_warnings
@@ -154,6 +154,7 @@ def refused_before_any_token(test, model, pattern, **kwargs):
     test.assertEqual(forwards, [])
 
 
+@unittest.skipUnless(compat.at_least(compat.GENERATE_ADVANCES_POSITION_IDS), "refused before 5.2.0 (see below)")
 class PositionIdsTest(unittest.TestCase):
     """User `position_ids` are fed to the model as an unbounded run feeds them (equal to transformers' own run
     while the bound does not cut); with RoPE sinks, whose rotation needs the standard positions, others are refused."""
@@ -186,6 +187,19 @@ class PositionIdsTest(unittest.TestCase):
         positions = self.positions(scale=2)
         refused_before_any_token(
             self, model, r"position_ids.*row 0", cache_limit=4, num_sink_tokens=1, position_ids=positions
+        )
+
+
+@unittest.skipIf(compat.at_least(compat.GENERATE_ADVANCES_POSITION_IDS), "transformers >= 5.2.0 advances them")
+class PositionIdsOnOldTransformersTest(unittest.TestCase):
+    """Before 5.2.0 transformers does not advance user `position_ids` across steps: a bounded run refuses them."""
+
+    def test_position_ids_are_refused_before_any_token(self):
+        model = build_tiny_model("llama")
+        _, mask = left_padded_batch([5, 3], seed=1)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        refused_before_any_token(
+            self, model, r"position_ids.*transformers >= 5\.2\.0", cache_limit=4, position_ids=positions
         )
 
 

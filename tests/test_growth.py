@@ -20,7 +20,7 @@ from cachelimit import BoundedCache
 from cachelimit.compat import passed_cache
 from cachelimit.patches.applier import FAMILIES
 from cachelimit.policy import MAX_CACHE_LIMIT
-from tests.common import VOCAB, build_tiny_model, left_padded_batch
+from tests.common import VOCAB, build_tiny_model, decoder_module, left_padded_batch, skip_where_sinks_are_refused
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import extended_mask, generated_step_logits
 from tests.sink_mixin import SinkTesterMixin
@@ -42,6 +42,8 @@ class GrowthTesterMixin:
         return build_tiny_model(self.family, attn, layers=layers)
 
     def generate(self, model, ids, mask, limit, new, **kwargs):
+        if kwargs.get("num_sink_tokens"):
+            skip_where_sinks_are_refused(self, model)
         options = dict(max_new_tokens=new, do_sample=False, return_dict_in_generate=True, output_logits=True)
         return model.generate(ids, attention_mask=mask, cache_limit=limit, **{**options, **kwargs})
 
@@ -57,7 +59,7 @@ class GrowthTesterMixin:
 
         # the decoder: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks, and
         # OPT's causal LM calls its decoder directly, past the base model
-        handle = model.get_decoder().register_forward_hook(after_forward, with_kwargs=True)
+        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             yield seen
         finally:

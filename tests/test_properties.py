@@ -10,9 +10,10 @@ from __future__ import annotations
 from functools import cache
 
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from cachelimit import compat
 from tests.common import build_tiny_model, left_padded_batch
 from tests.declarations import has_native_window_oracle, representative_families
 from tests.growth_spec import forward_widths, ring_capacities
@@ -46,6 +47,8 @@ def model_for(run: dict):
 
 
 def bounded_run(run: dict, ids: torch.Tensor, mask: torch.Tensor):
+    # 4.x cannot chunk a one-token prompt (refused: tests/test_bad_input.py)
+    assume(not (run["chunk"] and ids.shape[1] == 1 and compat.CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN))
     return model_for(run).generate(
         ids,
         attention_mask=mask,

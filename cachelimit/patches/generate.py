@@ -20,7 +20,15 @@ from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 
 from ..attention_order import attentions_in_sequence_order
-from ..compat import CHUNKED_PREFILL_AFTER_A_CACHE, fill_generation_defaults, passed_cache, require, with_cache
+from ..compat import (
+    CHUNKED_PREFILL_AFTER_A_CACHE,
+    CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN,
+    GENERATE_ADVANCES_POSITION_IDS,
+    fill_generation_defaults,
+    passed_cache,
+    require,
+    with_cache,
+)
 from ..layered_cache import LayeredBoundedCache, bounded_cache_for, layer_groups
 from ..utils import layers
 from ..utils.generation import check_prompt
@@ -189,6 +197,9 @@ def check_bounded_run(
             raise ValueError(f"`cache_limit` does not support assisted decoding (`{name}` was given).")
     if config.prefill_chunk_size is not None:
         check_int("prefill_chunk_size", config.prefill_chunk_size, 1)
+        width = getattr(inputs if inputs is not None else kwargs.get("input_ids"), "shape", (0, 0))[-1]
+        if width == 1 and CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN:  # 4.x chunks the prompt but its last token
+            require("`prefill_chunk_size` with a one-token prompt", "5.0.0")
     if model.config._attn_implementation not in SUPPORTED_ATTENTION:
         raise ValueError(
             f"`cache_limit` supports attn_implementation in {SUPPORTED_ATTENTION}, "
@@ -197,6 +208,8 @@ def check_bounded_run(
     family = family_of(model)
     tokens = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
     mask = kwargs.get("attention_mask")
+    if kwargs.get("position_ids") is not None:
+        require("`position_ids` in a bounded `generate`", GENERATE_ADVANCES_POSITION_IDS)
     if tokens is not None and sinks and family.rotary is not None:
         check_prompt(tokens.shape[:2], mask, kwargs.get("position_ids"))
     if family.check_generation is not None and tokens is not None:

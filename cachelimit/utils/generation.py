@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import CACHE_ARGUMENT, passed_cache
+from ..compat import CACHE_ARGUMENT, MASK_POSITION_OF_PADS, chunk_positions_ignore_padding, passed_cache
 from ..layered_cache import LayeredBoundedCache
 from ..window_cache import BoundedCache
 from .masks import step_attention_mask
@@ -89,10 +89,17 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     # transformers' own position ids (or the user's), as an unbounded run would use them: they equal the plan's
     # on every real token except after right padding, where transformers counts from the pads' filler position.
     # RoPE sinks are rotated to positions computed from the plan's, so there the plan's are used (the generate
-    # wrapper has refused inputs on which the two differ).
+    # wrapper has refused inputs on which the two differ), and so they are in a 4.x chunked prefill, whose own
+    # ignore left padding.
     given = inputs.get("position_ids")
-    if given is None or cache.rotary is not None:
+    if (
+        given is None
+        or cache.rotary is not None
+        or chunk_positions_ignore_padding(given, kwargs.get("cache_position"))
+    ):
         inputs["position_ids"] = plan.positions
+        if MASK_POSITION_OF_PADS is not None and cache.rotary is None:  # as the release's own prepare step does
+            inputs["position_ids"] = plan.positions.masked_fill(~new_real, MASK_POSITION_OF_PADS)
     if isinstance(cache, LayeredBoundedCache):  # hybrid: one mask per layer type (the models take a dict)
         inputs["attention_mask"] = cache.layer_type_masks(model.config, model.dtype)
     else:

@@ -14,6 +14,8 @@ from functools import partial
 
 import torch
 
+from ..compat import decoder_body
+
 #: RoPE types whose frequencies depend on the sequence length: a shift would not compose with them.
 LENGTH_DEPENDENT = frozenset({"dynamic", "longrope"})
 
@@ -67,7 +69,7 @@ def layer_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
     models with one rotary per layer type, "" for a single rotary), or None for a layer without positions
     (SmolLM3's NoPE layers, `config.no_rope_layers[i] == 0`)."""
     config = model.config
-    rotary = getattr(model.base_model, "rotary_emb", None)
+    rotary = getattr(decoder_body(model), "rotary_emb", None)
     layers = config.num_hidden_layers
     if rotary is None:
         return [None] * layers
@@ -84,7 +86,7 @@ def rotary_shift(model: torch.nn.Module, kind: str | None) -> RotaryShift | None
     positions (their sink keys stay as written)."""
     if kind is None:
         return None
-    rotary = getattr(model.base_model, "rotary_emb", None)
+    rotary = getattr(decoder_body(model), "rotary_emb", None)
     if rotary is None:
         raise ValueError(
             f"{type(model).__name__} has no rotary embedding at `model.base_model.rotary_emb`; attention sinks "
