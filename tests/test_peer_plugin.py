@@ -54,3 +54,10 @@ class DefaultLimitTest(unittest.TestCase):
         for name, reason in self.plugin.SKIPS.items():
             self.assertTrue(name.startswith("test_"), name)
             self.assertGreater(len(reason), 40, name)
+
+    def test_skips_cover_parameterized_variants_only(self):
+        reason = self.plugin.SKIPS["test_assisted_decoding_matches_greedy_search"]
+        self.assertEqual(self.plugin.skip_reason("test_assisted_decoding_matches_greedy_search_0_random"), reason)
+        self.assertEqual(self.plugin.skip_reason("test_assisted_decoding_matches_greedy_search"), reason)
+        self.assertIsNone(self.plugin.skip_reason("test_assisted_decoding_matches_greedy_search_with_sampling"))
+        self.assertIsNone(self.plugin.skip_reason("test_left_padding_compatibility"))
