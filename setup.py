@@ -17,7 +17,7 @@ setup(
         # Install torch==2.13.0 first (see README): a bare `torch` requirement can pull a multi-GB CUDA build.
         "torch>=2.4",
         # The range cachelimit is tested on (the CI matrix); cachelimit.compat.SUPPORTED_RANGE says the same.
-        "transformers>=4.57.6,<5.25",
+        "transformers>=4.57.6,!=5.0.*,!=5.1.*,!=5.2.*,<5.25",
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],
@@ -31,6 +31,7 @@ setup(
         ],
         "test": [
             "pytest>=7",
+            "pytest-xdist>=3",  # the README test command and the CI legs run the suite on every core (-n auto)
             "parameterized>=0.9",
             "hypothesis>=6.80",
             "ruff==0.17.6",

@@ -84,7 +84,9 @@ class Family:
         pattern repeated over the layers."""
         config_class = self.config_class
         declared = config_fields(config_class)
-        shared = {key: value for key, value in ROPE_TINY.items() if key in declared} if self.positions == ROPE else {}
+        # pad_token_id is every config's (5.0.0's Phi and StableLM configs do not declare it, but their models read it)
+        shared = {key: value for key, value in ROPE_TINY.items() if key in declared or key == "pad_token_id"}
+        shared = shared if self.positions == ROPE else {}
         values = {**shared, **self.tiny_config, **overrides}
         pattern = values.get("layer_types")
         if isinstance(pattern, tuple):

@@ -53,11 +53,13 @@ def readme_test_command() -> str:
     raise SystemExit("tools/leg.py: README.md has no test command (`python3 -m venv .venv && ... python -m pytest`)")
 
 
-def supported_range() -> tuple[str, str]:
+def supported_range() -> tuple[str, str, tuple[str, ...]]:
+    """(oldest supported, first unsupported, release series left out between them), from cachelimit/compat.py."""
     text = (REPO / "cachelimit" / "compat.py").read_text(encoding="utf-8")
     oldest = re.search(r'OLDEST_SUPPORTED = "([^"]+)"', text).group(1)
     first_unsupported = re.search(r'FIRST_UNSUPPORTED = "([^"]+)"', text).group(1)
-    return oldest, first_unsupported
+    excluded = tuple(re.findall(r'"(\d+\.\d+)"', re.search(r"EXCLUDED_SERIES = \(([^)]*)\)", text).group(1)))
+    return oldest, first_unsupported, excluded
 
 
 def _key(version: str) -> tuple[int, ...]:
@@ -67,8 +69,8 @@ def _key(version: str) -> tuple[int, ...]:
 def leg_command(version: str, venv: str, pytest_args: list[str]) -> str:
     """The README command for transformers `version` in `venv`: no linting (the main leg lints), own pytest."""
     steps = [step.strip() for step in readme_test_command().split("&&")]
-    oldest, first_unsupported = supported_range()
-    in_range = _key(oldest) <= _key(version) < _key(first_unsupported)
+    oldest, first_unsupported, excluded = supported_range()
+    in_range = _key(oldest) <= _key(version) < _key(first_unsupported) and _key(version)[:2] not in map(_key, excluded)
     out = []
     for step in steps:
         if step.startswith(("ruff ", "python -m pytest")):
