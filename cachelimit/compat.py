@@ -69,7 +69,7 @@ def require(feature: str, release: str) -> None:
     if not at_least(release):
         raise ValueError(
             f"{feature} needs transformers >= {release}, but transformers {TRANSFORMERS} is installed "
-            f'(pip install "transformers>={release},<{FIRST_UNSUPPORTED}").'
+            f'(pip install "transformers{SUPPORTED_RANGE},>={release}").'
         )
 
 
