@@ -226,3 +226,14 @@ def config_fields(config_class: type) -> set[str]:
     fields = set(getattr(config_class, "__dataclass_fields__", ()))
     fields |= set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
     return fields | set(config_class.attribute_map)
+
+
+# --- 5.6.0: 5.3.0 to 5.5.x read a GGUF Llama's tokenizer as a CodeLlamaTokenizer, and SmolLM2 loaded that way
+# continues "The capital of France is" with " a country in" (4.57.6 and 5.6.0 on: " Paris."). Measured on 5.3.0,
+# 5.4.0, 5.5.0 (wrong) and 5.6.0, 5.7.0, 5.8.0, 5.11.0 (right).
+GGUF_LLAMA_MISREAD = ("5.3.0", "5.6.0")
+
+
+def gguf_llama_misread(installed: Version = TRANSFORMERS) -> bool:
+    """Whether this transformers loads a GGUF Llama wrongly (the real model `smollm2` is refused there)."""
+    return Version(GGUF_LLAMA_MISREAD[0]) <= installed < Version(GGUF_LLAMA_MISREAD[1])

@@ -93,13 +93,28 @@ def gguf_path(name: str = "smollm2") -> Path:
     )
 
 
+def check_release(name: str) -> None:
+    """Refuse a transformers that reads a GGUF Llama wrongly (`compat.gguf_llama_misread`)."""
+    from .compat import GGUF_LLAMA_MISREAD, TRANSFORMERS, gguf_llama_misread  # imports torch: not at --help
+
+    if gguf_llama_misread():
+        first, fixed = GGUF_LLAMA_MISREAD
+        raise MissingModelError(
+            f"{name!r} cannot be read from its GGUF file with transformers {TRANSFORMERS}: releases {first} to "
+            f"before {fixed} misread a GGUF Llama's tokenizer and the model's answers are wrong; "
+            f'install another (pip install "transformers>={fixed},<5.25" or transformers==4.57.6)'
+        )
+
+
 def check_readers(name: str) -> None:
-    """transformers reads GGUF with the `gguf` package and refuses the load without `accelerate`."""
+    """transformers reads GGUF with the `gguf` package and refuses the load without `accelerate`; and it must be
+    a release that reads it right (`check_release`)."""
     for module in READERS:
         if importlib.util.find_spec(module) is None:
             raise MissingModelError(
                 f"reading {name!r} from its GGUF file needs the {module} package; install it with: {INSTALL_COMMAND}"
             )
+    check_release(name)
 
 
 def converted_dir(name: str = "smollm2", cache_dir: str | os.PathLike | None = None) -> Path:
@@ -163,7 +178,8 @@ def load_pretrained(
 
     if name not in PRETRAINED:
         raise ValueError(f"unknown pretrained model {name!r}; known: {', '.join(sorted(PRETRAINED))}")
-    target = converted_dir(name, cache_dir)
+    target = converted_dir(name, cache_dir)  # a missing package is reported first, with the install command
+    check_release(name)
     if not (target / "model.safetensors").is_file():
         _convert(name, target)
     options = {"dtype": dtype or torch.float32}

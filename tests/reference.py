@@ -95,9 +95,13 @@ def generated_step_logits(
     limit: int,
     window_prefill: bool = False,
     full_attention_spans: Sequence[tuple[int, int]] | None = None,
+    every_layer_reads: str | None = None,
 ) -> torch.Tensor:
     """Reference float32 logits [B, new, V] for every generation step of `sequences` (teacher forced): step t
     predicts generated token t, as `generate(output_logits=True)` reports it.
+
+    `every_layer_reads="full_attention"` (or "sliding_attention") gives every layer of a hybrid model that layer
+    type's window: a deliberately wrong reference, for tests to show that theirs can fail.
 
     The prompt is read with full attention unless `window_prefill` (a chunked prefill obeys the window);
     `full_attention_spans` overrides that (e.g. new prompt tokens appended to a returned cache). A model's
@@ -116,6 +120,8 @@ def generated_step_logits(
                 mask, min(limit, window - 1), full_attention_spans, native_window=window
             ),
         }
+        if every_layer_reads is not None:
+            visibility = dict.fromkeys(visibility, visibility[every_layer_reads])
     else:
         native = uniform_native_window(model.config)
         visibility = banded_visibility(mask, limit, full_attention_spans, native_window=native)

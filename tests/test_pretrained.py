@@ -7,8 +7,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
-from cachelimit import cli, pretrained
+from cachelimit import cli, compat, pretrained
 from cachelimit.loading import LoadError, load_model, resolve_source
 from cachelimit.pretrained import INSTALL_COMMAND, PRETRAINED, MissingModelError
 
@@ -72,3 +73,18 @@ def test_cache_dir_precedence(monkeypatch, tmp_path):
     assert pretrained.default_cache_dir() == Path.home() / ".cache" / "cachelimit"
     monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path / "env"))
     assert pretrained.default_cache_dir() == tmp_path / "env"
+
+
+def test_a_release_that_misreads_gguf_is_refused_naming_it(monkeypatch):
+    monkeypatch.setattr(compat, "gguf_llama_misread", lambda: True)
+    with pytest.raises(MissingModelError, match=r"transformers .*5\.3\.0 to before 5\.6\.0 misread"):
+        pretrained.check_readers("smollm2")
+    with pytest.raises(MissingModelError, match="misread"):
+        pretrained.load_pretrained("smollm2")
+
+
+def test_misreading_releases_are_5_3_to_5_5():
+    misread = {
+        version: compat.gguf_llama_misread(Version(version)) for version in ("4.57.6", "5.3.0", "5.5.9", "5.6.0")
+    }
+    assert misread == {"4.57.6": False, "5.3.0": True, "5.5.9": True, "5.6.0": False}
