@@ -2,7 +2,7 @@
 """Run cachelimit's tests against one transformers release, in its own virtualenv: one leg of the CI matrix.
 
     python3 tools/leg.py 5.24.0              # the full suite on transformers 5.24.0
-    python3 tools/leg.py 4.57.6 --subset     # the representative subset `.ci/run` runs on the extra legs
+    python3 tools/leg.py 4.57.6 --subset     # a quick representative subset
     python3 tools/leg.py 5.25.0 -- -k llama  # anything after `--` goes to pytest
 
 The leg is the README's test command with another transformers pin: the same install steps (torch pinned
@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PIN = re.compile(r"transformers==[0-9][0-9A-Za-z.]*")
 
-#: The representative subset of the extra CI legs (each must stay within ~4 minutes on 2 cores, install
-#: included). It covers every code path a transformers release can change under cachelimit: bounded
+#: A quick representative subset (`.ci/run` runs the full suite on every leg; this is for a first look at a new
+#: release, about a minute). It covers every code path a transformers release can change under cachelimit: bounded
 #: generation and sinks against their references for one family of each kind (GPT-2: learned positions;
 #: Llama: RoPE; Mistral: RoPE with a native window, checked against transformers' own sliding window), the
 #: cache implementations (transformers' static/quantized caches and its pipeline), the refusals, and the
