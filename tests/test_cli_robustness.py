@@ -133,6 +133,9 @@ class TestProcessConditions(unittest.TestCase):
             stderr=subprocess.PIPE,
             text=True,
             env=environment(),
+            # as from a terminal: a process started in the background (nohup, `cmd &` in a script) ignores SIGINT,
+            # and a child inherits an ignored signal
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         time.sleep(0.3)
         process.send_signal(signal.SIGINT)
