@@ -220,6 +220,7 @@ CHUNKED_PREFILL_AFTER_A_CACHE = "5.21.0"
 REPETITION_PENALTY_SKIPS_LEFT_PADDING = at_least("5.23.0")
 
 
+# --- 5.0.0: configs are dataclasses; 4.x configs declare their settings as `__init__` keyword arguments.
 def config_fields(config_class: type) -> set[str]:
     """The settings a config class declares. 5.x configs are dataclasses (their fields); 4.x configs take them
     as `__init__` keyword arguments. Both, plus the class's `attribute_map` aliases."""
