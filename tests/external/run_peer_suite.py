@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.suite / "tests" / "models").is_dir():
         parser.error(f"--suite: {str(args.suite)!r} does not hold transformers' tests/models")
     models, modes = args.models.split(","), args.modes.split(",")
+    args.out = args.out.resolve()  # pytest runs in the suite's copy: a relative path would land there
+    args.suite = args.suite.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], dict[str, str]] = {}
     failed = False
@@ -110,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{counts['skipped']:>7} {seconds / 60:>7.1f}",
                     flush=True,
                 )
+                if not counts["passed"]:  # no JUnit XML or nothing ran: a run that checked nothing is a failure
+                    print(f"    {model} {mode}: no test passed; see {args.out / f'{model}-{mode}.log'}")
+                    failed = True
     for model in models:
         if {"unpatched", "patched"} <= set(modes):
             base, patched = results[model, "unpatched"], results[model, "patched"]
