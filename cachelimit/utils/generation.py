@@ -90,7 +90,7 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     # on every real token except after right padding, where transformers counts from the pads' filler position.
     # RoPE sinks are rotated to positions computed from the plan's, so there the plan's are used (the generate
     # wrapper has refused inputs on which the two differ), and so they are in a 4.x chunked prefill, whose own
-    # ignore left padding.
+    # positions ignore left padding.
     given = inputs.get("position_ids")
     if (
         given is None
