@@ -134,14 +134,15 @@ def has_separate_local_rotary(model: torch.nn.Module) -> bool:
     return getattr(decoder_body(model), "rotary_emb_local", None) is not None
 
 
-# --- 5.0.0: every causal LM's `base_model` is its decoder body; 4.x Gemma3ForCausalLM's `base_model_prefix`
-# names an attribute it lacks, so its `base_model` is the LM itself and the body is `model.model`.
+# --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a
+# `decoder` or `model` attribute and returned the LM itself when it had neither (GPT-2: `transformer`), while
+# 4.x Gemma3ForCausalLM's `base_model` is the LM itself (its prefix names an attribute it lacks).
 def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
-    """The module that holds the decoder layers and the rotary embedding."""
-    body = model.base_model
-    if body is model and isinstance(getattr(model, "model", None), torch.nn.Module):
-        return model.model
-    return body
+    """The module that holds the decoder layers and the rotary embedding, and that every forward of a
+    generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
+    through the LM's `forward`, past the LM's own hooks)."""
+    decoder = model.get_decoder()
+    return model.base_model if decoder is model else decoder
 
 
 # --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called

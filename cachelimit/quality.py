@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from .compat import decoder_body
+
 DEFAULT_LIMITS = (64, 256)
 SINKS = 4
 SAMPLE_PROMPT = "Chapter 1\n\nThe lighthouse keeper had not seen a ship in eleven years. One night in November,"
@@ -100,7 +102,7 @@ def chunked_nll(model, tokens: torch.Tensor, chunk: int = 64, cache_limit=None, 
     fraction of the cost of one decode step per token. The hidden states are taken from the model's body with a
     forward hook (generate only keeps the last position's logits) and scored with the model's own head."""
     states: list[torch.Tensor] = []
-    handle = model.model.register_forward_hook(lambda module, args, output: states.append(output[0][0]))
+    handle = decoder_body(model).register_forward_hook(lambda module, args, output: states.append(output[0][0]))
     window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
     try:
         with torch.inference_mode():

@@ -22,7 +22,6 @@ from tests.common import (
     VOCAB,
     FamilyTestBase,
     build_tiny_model,
-    decoder_module,
     head_dim,
     kv_heads,
     left_padded_batch,
@@ -227,7 +226,7 @@ class BoundedGenerationTesterMixin(FamilyTestBase):
             seen.append(columns)
 
         # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
+        handle = compat.decoder_body(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             with self.record_layer_updates() as updates:
                 output = self.bounded(model, ids, mask, limit, prefill_chunk_size=chunk)

@@ -79,14 +79,6 @@ def kv_heads(config) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
-def decoder_module(model: torch.nn.Module) -> torch.nn.Module:
-    """The module every forward of a generation passes through, to hook: transformers 4.x runs prefill chunks
-    through the top model's `forward` (past its hooks) and OPT's LM bypasses its base model, so the decoder;
-    4.x's `get_decoder()` returns the top model itself for GPT-2 (no `model`/`decoder` attribute)."""
-    decoder = model.get_decoder()
-    return model.base_model if decoder is model else decoder
-
-
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     if compat.has_separate_local_rotary(model):

@@ -17,7 +17,6 @@ from tests.common import (
     VOCAB,
     FamilyTestBase,
     build_tiny_model,
-    decoder_module,
     head_dim,
     kv_heads,
     left_padded_batch,
@@ -249,7 +248,7 @@ class SinkTesterMixin(SinkHelpers):
             expected.append(real_seen.clamp(max=limit).tolist())
 
         # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
+        handle = compat.decoder_body(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             out, _ = self.run_sinks(model, ids, mask, limit, sinks, new, prefill_chunk_size=chunk)
         finally:

@@ -16,11 +16,11 @@ import torch
 from parameterized import parameterized
 
 import cachelimit
-from cachelimit import BoundedCache
+from cachelimit import BoundedCache, compat
 from cachelimit.compat import passed_cache
 from cachelimit.patches.applier import FAMILIES
 from cachelimit.policy import MAX_CACHE_LIMIT
-from tests.common import VOCAB, build_tiny_model, decoder_module, left_padded_batch, skip_where_sinks_are_refused
+from tests.common import VOCAB, build_tiny_model, left_padded_batch, skip_where_sinks_are_refused
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import extended_mask, generated_step_logits
 from tests.sink_mixin import SinkTesterMixin
@@ -59,7 +59,7 @@ class GrowthTesterMixin:
 
         # the decoder: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks, and
         # OPT's causal LM calls its decoder directly, past the base model
-        handle = decoder_module(model).register_forward_hook(after_forward, with_kwargs=True)
+        handle = compat.decoder_body(model).register_forward_hook(after_forward, with_kwargs=True)
         try:
             yield seen
         finally:

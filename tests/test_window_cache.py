@@ -15,9 +15,9 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from cachelimit import BoundedCache, BoundedLayer
+from cachelimit import BoundedCache, BoundedLayer, compat
 from cachelimit.compat import passed_cache
-from tests.common import build_tiny_model, decoder_module, left_padded_batch
+from tests.common import build_tiny_model, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 
 NEW = 30  # decode steps per run: the ring wraps several times for every limit below
@@ -73,8 +73,8 @@ class DecodeAudit:
 
         handles = [
             # the base model: transformers 4.x runs prefill chunks through `forward`, past the top module's hooks
-            decoder_module(self.model).register_forward_pre_hook(count_columns, with_kwargs=True),
-            decoder_module(self.model).register_forward_hook(after_forward, with_kwargs=True),
+            compat.decoder_body(self.model).register_forward_pre_hook(count_columns, with_kwargs=True),
+            compat.decoder_body(self.model).register_forward_hook(after_forward, with_kwargs=True),
         ]
         BoundedLayer.update = update
         try:
