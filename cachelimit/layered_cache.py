@@ -80,6 +80,14 @@ class LayeredBoundedCache(BoundedCache):
             for index, layer in zip(group.layers, cache.layers, strict=True):
                 layers[index] = layer
             self.caches.append(cache)
+        # Groups of one attention type get one mask, so they must lay out their keys alike: where any of them moves
+        # its sinks per query (RoPE), the others (layers without positions) copy theirs per query too.
+        for group, cache in zip(groups, self.caches, strict=True):
+            cache.per_query_sinks = any(
+                other.rotary is not None
+                for kind, other in zip(groups, self.caches, strict=True)
+                if kind.attention == group.attention
+            )
         self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill, None)
         # any group's rotary: tells callers that sink keys are moved (the per-group ones do the moving)
         self.rotary = next((cache.rotary for cache in self.caches if cache.rotary is not None), None)

@@ -160,9 +160,13 @@ def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) ->
     )
 
 
-def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rotary=None) -> StepPlan:
+def plan_step(
+    state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rotary=None, per_query_sinks: bool | None = None
+) -> StepPlan:
     """Plan one forward over `new_real.shape[1]` new tokens (`new_real`: bool, False for pads), then
-    advance `state` past them."""
+    advance `state` past them. `per_query_sinks` (default: whether `rotary` moves sinks) gives a windowed multi-token
+    forward one copy of the sinks per query; layers that share one mask must share this layout, so a hybrid model's
+    layers without positions take it from their rotating neighbours (see `layered_cache`)."""
     batch, num_new = new_real.shape
     device = new_real.device
     sinks, recent, ring = policy.num_sinks, policy.recent, policy.ring_size
@@ -219,7 +223,8 @@ def plan_step(state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rot
 
     sink_copies, sink_cos, sink_sin = 1, None, None
     if sinks:
-        per_query = rotary is not None and windowed and not decode
+        rotates = rotary is not None if per_query_sinks is None else per_query_sinks
+        per_query = rotates and windowed and not decode
         sink_copies = num_new if per_query else 1
         copy_column = sink_column.repeat(1, sink_copies)[:, None, :]  # [B, 1, copies * S], query-major
         sink_allowed = (copy_column >= 0) & (copy_column < lowest[None, :, None])

@@ -170,6 +170,8 @@ class BoundedCache(Cache):
     ):
         self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill, native_window)
         self.rotary = rotary if num_sink_tokens else None
+        #: one sink copy per query in a windowed multi-token forward (None: when `rotary` moves the sinks)
+        self.per_query_sinks: bool | None = None
         self.state: RowState | None = None
         self.plan: StepPlan | None = None
         super().__init__(layer_class_to_replicate=partial(BoundedLayer, self))
@@ -205,7 +207,7 @@ class BoundedCache(Cache):
                 f"{new_real.shape[0]}: continue a returned cache with the same batch (num_beams and "
                 "num_return_sequences multiply the rows; expand the cache with `batch_repeat_interleave`)."
             )
-        self.plan = plan_step(self.state, self.policy, new_real.bool(), self.rotary)
+        self.plan = plan_step(self.state, self.policy, new_real.bool(), self.rotary, self.per_query_sinks)
         return self.plan
 
     def plan_for(self, layer_length: int, num_new: int) -> StepPlan:

@@ -78,8 +78,10 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
             self.assertIsInstance(cache, BoundedCache)
             self.assertTrue(torch.equal(cache.kept_lengths(), torch.tensor([5, 5])))
             per_head = kv_heads(model.config) * head_dim(model.config) * 4  # float32
-            rope_sinks = sinks * per_head if cache.rotary is not None else 0  # un-rotated sink keys
-            self.assertEqual(cache.kv_bytes(), 3 * 2 * (2 * 6 * per_head + rope_sinks))  # layers * rows * ...
+            # RoPE layers also keep their sink keys un-rotated; layers without positions (NoPE) do not
+            rotating = sum(getattr(model.config, "no_rope_layers", None) or [1] * 3) if self.uses_rope else 0
+            unrotated = 2 * sinks * per_head * rotating  # rows * sinks * ...
+            self.assertEqual(cache.kv_bytes(), 3 * 2 * 2 * 6 * per_head + unrotated)  # layers * rows * k/v * slots
 
     @parameterized.expand([("prefill", None), ("chunked", 3)])
     def test_oracle_sinks_match_reference(self, _, chunk):
@@ -99,7 +101,14 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
         self.assertEqual(cache.rotary is None, own.past_key_values.rotary is None)
         self.assertTrue(torch.equal(built.sequences, own.sequences))
         torch.testing.assert_close(built_logits, own_logits, atol=0, rtol=0)
-        if self.uses_rope:  # a fresh hand-built cache is fitted to the model by generate: its rotary is found
+        config = model.config
+        mixed = len(set(getattr(config, "layer_types", None) or ())) > 1 or 0 in (
+            getattr(config, "no_rope_layers", None) or ()
+        )
+        if self.uses_rope and mixed:  # layers of several kinds: a single-group cache is refused, with the fix
+            with self.assertRaisesRegex(ValueError, "BoundedCache.from_model"):
+                self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=BoundedCache(4, 2))
+        elif self.uses_rope:  # a fresh hand-built cache is fitted to the model by generate: its rotary is found
             bare_cache = BoundedCache(4, 2)
             bare, bare_logits = self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=bare_cache)
             self.assertIsNotNone(bare_cache.rotary)

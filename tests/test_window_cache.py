@@ -34,8 +34,9 @@ def expected_kv_bytes(model, batch: int, limit: int, sinks: int, rope: bool, cap
     """Bytes of a float32 cache whose ring has `capacity` slots allocated (default: the full ring, L - S + 1)."""
     layers, heads, head_dim = kv_shape(model)
     slots = sinks + ((limit - sinks) + 1 if capacity is None else capacity)
-    sink_copies = sinks if rope else 0  # RoPE models keep the sinks' un-rotated keys as well
-    return layers * batch * heads * head_dim * 4 * (2 * slots + sink_copies)  # float32
+    # RoPE layers keep the sinks' un-rotated keys as well; layers without positions (SmolLM3's NoPE) do not
+    rotating = sum(getattr(model.config, "no_rope_layers", None) or [1] * layers) if rope else 0
+    return batch * heads * head_dim * 4 * (layers * 2 * slots + rotating * sinks)  # float32
 
 
 class DecodeAudit:

@@ -6,7 +6,7 @@ FAMILY = rope_family(
     "gemma2",
     "Gemma2ForCausalLM",
     notes="attention soft-capping",
-    tiny_config={"layer_types": ("full_attention",), "query_pre_attn_scalar": 8},
+    tiny_config={"layer_types": ("sliding_attention", "full_attention"), "query_pre_attn_scalar": 8},
     attention=("eager",),
 )
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

@@ -7,6 +7,6 @@ FAMILY = rope_family(
     "gemma3_text",
     "Gemma3ForCausalLM",
     notes="q/k norms",
-    tiny_config={"layer_types": ("full_attention",), "query_pre_attn_scalar": 8},
+    tiny_config={"layer_types": ("sliding_attention", "full_attention"), "query_pre_attn_scalar": 8},
 )
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation

@@ -2,5 +2,10 @@
 
 from ..family import rope_family
 
-FAMILY = rope_family("smollm3", "SmolLM3ForCausalLM", notes="NoPE layers keep their sinks as written")
+FAMILY = rope_family(
+    "smollm3",
+    "SmolLM3ForCausalLM",
+    notes="NoPE layers keep their sinks as written",
+    tiny_config={"no_rope_layer_interval": 2},
+)
 prepare_inputs_for_generation = FAMILY.prepare_inputs_for_generation
