@@ -23,7 +23,7 @@ from transformers.cache_utils import Cache
 
 from .compat import has_separate_local_rotary, require, uses_rope
 from .policy import WindowPolicy
-from .step_plan import StepPlan
+from .step_plan import StepPlan, first_forward_is_causal
 from .utils.layers import FULL, SLIDING, attention_kinds
 from .utils.masks import step_attention_mask
 from .utils.rotary import RotaryShift, layer_rotary_kinds, rotary_shift
@@ -92,6 +92,7 @@ class LayeredBoundedCache(BoundedCache):
         # any group's rotary: tells callers that sink keys are moved (the per-group ones do the moving)
         self.rotary = next((cache.rotary for cache in self.caches if cache.rotary is not None), None)
         self.plan: StepPlan | None = None
+        self.owner = None
         Cache.__init__(self, layers=layers)
 
     @property
@@ -105,6 +106,12 @@ class LayeredBoundedCache(BoundedCache):
 
     def begin_step(self, new_real: torch.Tensor) -> StepPlan:
         """Plan the next forward for every group; the returned plan's positions are every group's."""
+        first_causal = all(
+            first_forward_is_causal(0 if cache.state is None else cache.state.cursor, cache.policy, new_real.shape[1])
+            for cache in self.caches
+        )  # the model builds every layer type's mask from one 2D mask, so all groups decide alike
+        for cache in self.caches:
+            cache.model_mask = first_causal
         plans = [cache.begin_step(new_real) for cache in self.caches]
         self.plan = plans[0]
         return self.plan
@@ -183,14 +190,19 @@ def bounded_cache_for(
             require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
         rotaries = {group.rotary_kind: rotary(model, group.rotary_kind) for group in groups}
     if len(groups) == 1:
-        return BoundedCache(
+        cache = BoundedCache(
             smallest,
             num_sink_tokens,
             window_prefill=window_prefill,
             native_window=windows[groups[0].attention],
             rotary=rotaries.get(groups[0].rotary_kind),
         )
-    return LayeredBoundedCache(cache_limit, num_sink_tokens, groups, windows, rotaries, window_prefill=window_prefill)
+    else:
+        cache = LayeredBoundedCache(
+            cache_limit, num_sink_tokens, groups, windows, rotaries, window_prefill=window_prefill
+        )
+    cache.bind(model)  # built from this model's rotary and windows: it continues only there
+    return cache
 
 
 BoundedCache.model_cache_builder = staticmethod(bounded_cache_for)

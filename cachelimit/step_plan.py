@@ -104,8 +104,19 @@ class StepPlan:
     sink_cos: torch.Tensor | None  # rotation that moves each sink copy to its StreamingLLM position
     sink_sin: torch.Tensor | None
     positions: torch.Tensor  # [B, num_new] position ids of the new tokens
-    allowed: torch.Tensor  # [B, num_new, num_keys] which returned keys each query reads
+    allowed: torch.Tensor | None  # [B, num_new, num_keys] which returned keys each query reads (None: `model_mask`)
     full_masks: dict | None = None  # set when `allowed` is all-true: where its converted 4D masks are kept
+    #: the model builds its own mask from the 2D padding mask: the first forward of a run, when nothing is cached and
+    #: nothing is cut, is plain causal attention over the new tokens (their keys are returned as they came), so a long
+    #: prompt costs what it costs without a limit (no [B, T, T] visibility is ever built)
+    model_mask: bool = False
+
+
+def first_forward_is_causal(cursor: int, policy: WindowPolicy, num_new: int) -> bool:
+    """Whether a multi-token forward reads exactly what plain causal attention over its own tokens reads: nothing is
+    cached yet, and no query is cut (a full-attention prefill never is; a windowed chunk is not while every column is
+    within the limit, where the window, with or without sinks, covers every earlier column)."""
+    return num_new > 1 and cursor == 0 and (not policy.window_prefill or num_new <= policy.limit + 1)
 
 
 def _reads_every_slot(state: RowState, policy: WindowPolicy, start: int) -> bool:
@@ -161,12 +172,18 @@ def _steady_decode(state: RowState, policy: WindowPolicy, start: int, rotary) ->
 
 
 def plan_step(
-    state: RowState, policy: WindowPolicy, new_real: torch.Tensor, rotary=None, per_query_sinks: bool | None = None
+    state: RowState,
+    policy: WindowPolicy,
+    new_real: torch.Tensor,
+    rotary=None,
+    per_query_sinks: bool | None = None,
+    model_mask: bool | None = None,
 ) -> StepPlan:
     """Plan one forward over `new_real.shape[1]` new tokens (`new_real`: bool, False for pads), then
     advance `state` past them. `per_query_sinks` (default: whether `rotary` moves sinks) gives a windowed multi-token
     forward one copy of the sinks per query; layers that share one mask must share this layout, so a hybrid model's
-    layers without positions take it from their rotating neighbours (see `layered_cache`)."""
+    layers without positions take it from their rotating neighbours (see `layered_cache`). `model_mask` (default:
+    `first_forward_is_causal`; a hybrid decides for all its groups at once) leaves the mask to the model."""
     batch, num_new = new_real.shape
     device = new_real.device
     sinks, recent, ring = policy.num_sinks, policy.recent, policy.ring_size
@@ -175,6 +192,8 @@ def plan_step(
     all_real = bool(new_real.all())
     if decode and all_real and _reads_every_slot(state, policy, start):
         return _steady_decode(state, policy, start, rotary)
+    if model_mask is None:
+        model_mask = first_forward_is_causal(state.cursor, policy, num_new)
     columns = torch.arange(start, start + num_new, device=device)
     real_index = state.num_real[:, None] + new_real.long().cumsum(1) - 1  # [B, C]
     positions = real_index.clamp(min=0)
@@ -212,6 +231,33 @@ def plan_step(
         ring_target = (start + ring_source) % ring
         ring_real[:, ring_target] = new_real[:, ring_source]
 
+    if model_mask:  # nothing cached, nothing cut: the new tokens attend to each other as the model's own mask says
+        return _advance(
+            state,
+            new_real,
+            sink_column,
+            ring_real,
+            all_real,
+            StepPlan(
+                start=start,
+                num_new=num_new,
+                decode=False,
+                capacity=capacity,
+                visible=0,
+                ring_slot=-1,
+                past_slots=past_slots,
+                ring_source=ring_source,
+                ring_target=ring_target,
+                sink_fill=sink_fill,
+                sink_source=sink_source,
+                sink_copies=0,
+                sink_cos=None,
+                sink_sin=None,
+                positions=positions,
+                allowed=None,
+                model_mask=True,
+            ),
+        )
     query = columns[:, None]
     allowed = key_real[:, None, :] & (key_column <= query) & (key_column >= lowest[:, None])
     if policy.native_window is not None:
@@ -240,6 +286,36 @@ def plan_step(
             shift = shift.repeat_interleave(sinks, dim=1) if per_query else shift.expand(batch, sinks)
             sink_cos, sink_sin = rotary.cos_sin(shift)
 
+    return _advance(
+        state,
+        new_real,
+        sink_column,
+        ring_real,
+        all_real,
+        StepPlan(
+            start=start,
+            num_new=num_new,
+            decode=decode,
+            capacity=capacity,
+            visible=visible,
+            ring_slot=ring_slot,
+            past_slots=past_slots,
+            ring_source=ring_source,
+            ring_target=ring_target,
+            sink_fill=sink_fill,
+            sink_source=sink_source,
+            sink_copies=sink_copies,
+            sink_cos=sink_cos,
+            sink_sin=sink_sin,
+            positions=positions,
+            allowed=allowed,
+        ),
+    )
+
+
+def _advance(state, new_real, sink_column, ring_real, all_real: bool, plan: StepPlan) -> StepPlan:
+    """Move `state` past the planned multi-token (or non-steady decode) forward; returns `plan`."""
+    start, num_new = plan.start, plan.num_new
     state.cursor += num_new
     state.num_real = state.num_real + new_real.sum(1)
     state.sink_column = sink_column
@@ -249,22 +325,5 @@ def plan_step(
     if not state.sinks_complete:
         state.sinks_complete = bool((sink_column >= 0).all())
         if state.sinks_complete:
-            state.last_sink_column = int(sink_column.max()) if sinks else -1
-    return StepPlan(
-        start=start,
-        num_new=num_new,
-        decode=decode,
-        capacity=capacity,
-        visible=visible,
-        ring_slot=ring_slot,
-        past_slots=past_slots,
-        ring_source=ring_source,
-        ring_target=ring_target,
-        sink_fill=sink_fill,
-        sink_source=sink_source,
-        sink_copies=sink_copies,
-        sink_cos=sink_cos,
-        sink_sin=sink_sin,
-        positions=positions,
-        allowed=allowed,
-    )
+            state.last_sink_column = int(sink_column.max()) if sink_column.shape[1] else -1
+    return plan

@@ -15,11 +15,13 @@ holds what, and how large the ring must be, is planned once per step for all lay
 
 from __future__ import annotations
 
+import weakref
 from functools import partial
 
 import torch
 from transformers.cache_utils import Cache
 
+from . import compat
 from .compat import CacheLayer
 from .policy import WindowPolicy
 from .step_plan import RowState, StepPlan, plan_step
@@ -79,7 +81,10 @@ class BoundedLayer(CacheLayer):
             if keys.shape[-2] != sinks + plan.visible:  # the ring is not full yet: only the slots written so far
                 keys, values = keys[:, :, : sinks + plan.visible], values[:, :, : sinks + plan.visible]
         else:
-            keys, values = self._gather_for_prefill(plan, key_states, value_states)
+            if plan.model_mask:  # the first forward, nothing cut: the new tokens attend to each other only
+                keys, values = key_states, value_states
+            else:
+                keys, values = self._gather_for_prefill(plan, key_states, value_states)
             target = sinks + plan.ring_target
             self.keys.index_copy_(2, target, key_states.index_select(2, plan.ring_source))
             self.values.index_copy_(2, target, value_states.index_select(2, plan.ring_source))
@@ -114,8 +119,12 @@ class BoundedLayer(CacheLayer):
             value_parts.insert(0, sink_values)
         return torch.cat(key_parts, dim=-2), torch.cat(value_parts, dim=-2)
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        # Masks for this cache are built by `cachelimit` before the forward (slots are not in column order).
+    def get_mask_sizes(self, query_length) -> tuple[int, int]:
+        # Masks for this cache are built by `cachelimit` before the forward (slots are not in column order), except
+        # for a first forward the model masks itself (`StepPlan.model_mask`): then it reads exactly the new tokens.
+        plan = self.cache.plan
+        if plan is not None and plan.model_mask:
+            return compat.query_length(query_length), 0
         return (self.keys.shape[-2] if self.is_initialized else 0), 0
 
     def get_seq_length(self) -> int:
@@ -172,8 +181,11 @@ class BoundedCache(Cache):
         self.rotary = rotary if num_sink_tokens else None
         #: one sink copy per query in a windowed multi-token forward (None: when `rotary` moves the sinks)
         self.per_query_sinks: bool | None = None
+        #: whether the next forward's mask is the model's own (None: `step_plan.first_forward_is_causal` decides)
+        self.model_mask: bool | None = None
         self.state: RowState | None = None
         self.plan: StepPlan | None = None
+        self.owner: weakref.ref | None = None  # the model it was built for or first filled by (see `bind`)
         super().__init__(layer_class_to_replicate=partial(BoundedLayer, self))
 
     #: builds the cache of a given model: `cachelimit.layered_cache.bounded_cache_for`, registered by that module
@@ -192,6 +204,29 @@ class BoundedCache(Cache):
         limit, sinks = check_window(cache_limit, num_sink_tokens)
         return BoundedCache.model_cache_builder(model, limit, sinks, window_prefill=window_prefill)
 
+    def bind(self, model) -> None:
+        """Record the model this cache belongs to: its keys, values, rotary and window are that model's, so it may
+        continue only there (`check_owner`). Only a weak reference: the cache never keeps a model alive."""
+        self.owner = weakref.ref(model)
+
+    def check_owner(self, model) -> None:
+        """Refuse (ValueError) a model other than the one this cache was built for or filled by: other weights give
+        other keys for the same tokens, other shapes fail inside the forward."""
+        owner = None if self.owner is None else self.owner()
+        if owner is model:
+            return
+        filled = "was built for or filled by"
+        if owner is None:
+            raise ValueError(
+                f"`past_key_values` {filled} another model, which no longer exists: continue a cache only on the "
+                "model that filled it (or start a new generation)."
+            )
+        raise ValueError(
+            f"`past_key_values` {filled} another model ({type(owner).__name__} at {id(owner):#x}), not this "
+            f"{type(model).__name__} at {id(model):#x}: continue a cache only on the model that filled it (its keys "
+            "and values are that model's)."
+        )
+
     def set_window_prefill(self, window_prefill: bool) -> None:
         """Choose how the next multi-token forwards read the past (chunked prefill: windowed)."""
         policy = self.policy
@@ -207,7 +242,9 @@ class BoundedCache(Cache):
                 f"{new_real.shape[0]}: continue a returned cache with the same batch (num_beams and "
                 "num_return_sequences multiply the rows; expand the cache with `batch_repeat_interleave`)."
             )
-        self.plan = plan_step(self.state, self.policy, new_real.bool(), self.rotary, self.per_query_sinks)
+        self.plan = plan_step(
+            self.state, self.policy, new_real.bool(), self.rotary, self.per_query_sinks, self.model_mask
+        )
         return self.plan
 
     def plan_for(self, layer_length: int, num_new: int) -> StepPlan:

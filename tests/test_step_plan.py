@@ -95,7 +95,7 @@ class PlanStepTest(unittest.TestCase):
             self.check_visibility(
                 plan, real, start, width, limit, sinks, window_prefill or decode, native, ring_columns
             )
-            if rotary is not None:
+            if rotary is not None and not plan.model_mask:  # (no sink is read before anything is cut)
                 self.check_sink_shifts(plan, real, start, width, limit, sinks, window_prefill or decode)
             if not decode:
                 for source, target in zip(plan.ring_source.tolist(), plan.ring_target.tolist(), strict=True):
@@ -104,6 +104,9 @@ class PlanStepTest(unittest.TestCase):
             self.assertEqual(state.cursor, start)
 
     def check_visibility(self, plan, real, start, width, limit, sinks, windowed, native, ring_columns):
+        if plan.model_mask:  # the model masks the forward itself (causal over the new tokens, its own window)
+            self.check_model_mask(plan, real, start, width, limit, sinks, windowed, native)
+            return
         for row in range(real.shape[0]):
             row_real = real[row, : start + width].tolist()
             first_real = [column for column, is_real in enumerate(row_real) if is_real][:sinks]
@@ -116,6 +119,19 @@ class PlanStepTest(unittest.TestCase):
                 self.assertEqual(len(read), len(set(read)), f"a column is read twice: {read}")
                 expected = brute_force_visible(row_real, start + query, start, limit, sinks, windowed, native)
                 self.assertEqual(set(read), expected, f"row {row}, column {start + query}")
+
+    def check_model_mask(self, plan, real, start, width, limit, sinks, windowed, native):
+        """A plan may leave the mask to the model only where that is exact: nothing is cached (the keys returned are
+        the new tokens, no sink copies) and, by the definitions, every real query reads every earlier real column
+        (within the model's own window, which its mask applies)."""
+        self.assertEqual((start, plan.sink_copies, plan.allowed), (0, 0, None))
+        for row in range(real.shape[0]):
+            row_real = real[row, :width].tolist()
+            for query in range(width):
+                if row_real[query]:
+                    causal = {k for k in range(query + 1) if row_real[k] and (native is None or k > query - native)}
+                    expected = brute_force_visible(row_real, query, start, limit, sinks, windowed, native)
+                    self.assertEqual(causal, expected, f"row {row}, column {query}: the bound cuts here")
 
     def check_sink_shifts(self, plan, real, start, width, limit, sinks, windowed):
         """StreamingLLM: sink j, seen from a query at position p, sits at j + max(0, p - L); a full-attention

@@ -11,9 +11,13 @@ transformers' own `generate` with a `BoundedCache` as `past_key_values` (the pat
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import threading
+import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from transformers import GenerationConfig
@@ -31,7 +35,7 @@ from ..compat import (
 )
 from ..layered_cache import LayeredBoundedCache, bounded_cache_for, layer_groups
 from ..utils import layers
-from ..utils.generation import check_prompt
+from ..utils.generation import check_prompt, make_prepare_inputs
 from ..utils.masks import SUPPORTED_ATTENTION
 from ..utils.validation import check_int, check_window
 from ..window_cache import BoundedCache
@@ -121,16 +125,11 @@ def _check_continuation(model, cache: BoundedCache, width: int | None) -> None:
     only with inputs that extend what it has seen (`width`: columns of the inputs)."""
     if cache.state is None:
         return
-    if not cache.layers or any(layer.cumulative_length != cache.state.cursor for layer in cache.layers):
+    layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    if len(cache.layers) != layers or any(layer.cumulative_length != cache.state.cursor for layer in cache.layers):
         raise ValueError(
             "`past_key_values` was interrupted in the middle of a forward (some layers hold the last tokens, others "
             "do not), so it cannot be continued: start a new generation."
-        )
-    layers = model.config.get_text_config(decoder=True).num_hidden_layers
-    if len(cache.layers) != layers:
-        raise ValueError(
-            f"`past_key_values` holds {len(cache.layers)} layers but this model has {layers}: continue a cache "
-            "only on the model that returned it."
         )
     dtype = cache.layers[0].dtype
     if dtype != model.dtype:
@@ -165,6 +164,9 @@ def _given_cache(model, family, cache, effective: int, sinks: int, width: int | 
             f"`past_key_values` is a single-group BoundedCache, but {type(model).__name__}'s layers differ in "
             "attention type or positions: build the cache with `BoundedCache.from_model(model, cache_limit, ...)`."
         )
+    if cache.owner is None:  # a fresh hand-built cache belongs to the first model it runs on
+        cache.bind(model)
+    cache.check_owner(model)
     if cache.state is None and not any(layer.is_initialized for layer in cache.layers):  # fresh: fit it to the model
         cache.policy = dataclasses.replace(cache.policy, native_window=native_window(model))
         if sinks and cache.rotary is None and family.rotary is not None:
@@ -232,6 +234,30 @@ def check_bounded_run(
     return cache
 
 
+_RUNS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def methods_pinned_for_the_run(model) -> Iterator[None]:
+    """While a bounded run goes on, `model` itself holds the patched `prepare_inputs_for_generation` (bound to the
+    original it wraps), so an `unpatch()` from another thread, or from a callback inside the run, does not change the
+    method under the run: it finishes as it started. The last run of the model to end removes it again."""
+    original = original_attribute(type(model), "prepare_inputs_for_generation")
+    with _RUNS_LOCK:
+        runs = vars(model).get("_cachelimit_runs", 0)
+        if runs == 0:
+            method = make_prepare_inputs(family_of(model).name, original)
+            vars(model)["prepare_inputs_for_generation"] = types.MethodType(method, model)
+        vars(model)["_cachelimit_runs"] = runs + 1
+    try:
+        yield
+    finally:
+        with _RUNS_LOCK:
+            vars(model)["_cachelimit_runs"] -= 1
+            if not vars(model)["_cachelimit_runs"]:
+                del vars(model)["_cachelimit_runs"], vars(model)["prepare_inputs_for_generation"]
+
+
 def generate(self, inputs=None, generation_config=None, *args, cache_limit=None, num_sink_tokens=None, **kwargs):
     """transformers' `generate`, plus `cache_limit=L` (keep at most L cached positions) and
     `num_sink_tokens=S` (of which the first S real tokens of each row). Without them: unchanged."""
@@ -256,7 +282,7 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
     kwargs = with_cache(kwargs, cache)
     # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
     # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
-    with attentions_in_sequence_order(self, cache):  # output_attentions: key columns in sequence order
+    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache):  # maps in sequence order
         return original(self, inputs, generation_config, *args, **kwargs)
 
 

@@ -100,16 +100,20 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
         inputs["position_ids"] = plan.positions
         if MASK_POSITION_OF_PADS is not None and cache.rotary is None:  # as the release's own prepare step does
             inputs["position_ids"] = plan.positions.masked_fill(~new_real, MASK_POSITION_OF_PADS)
-    if isinstance(cache, LayeredBoundedCache):  # hybrid: one mask per layer type (the models take a dict)
+    if plan.model_mask:  # the first forward, nothing cut: the model's own causal (and sliding) masks are exact
+        inputs["attention_mask"] = attention_mask
+    elif isinstance(cache, LayeredBoundedCache):  # hybrid: one mask per layer type (the models take a dict)
         inputs["attention_mask"] = cache.layer_type_masks(model.config, model.dtype)
     else:
         inputs["attention_mask"] = step_attention_mask(model.config, plan, model.dtype)
     return inputs
 
 
-def make_prepare_inputs(family_name: str):
+def make_prepare_inputs(family_name: str, original=None):
     """A family's patched `prepare_inputs_for_generation`, with `cache_limit` and `num_sink_tokens` as named
-    parameters: `generate` validates its kwargs against this signature (so no `functools.wraps`)."""
+    parameters: `generate` validates its kwargs against this signature (so no `functools.wraps`). It calls the method
+    it replaced, looked up at each call, or `original` when given (a running bounded `generate` pins the methods it
+    started with, so that an `unpatch()` in the middle cannot change them under it)."""
 
     def prepare_inputs_for_generation(
         self,
@@ -123,10 +127,9 @@ def make_prepare_inputs(family_name: str):
         # `inputs_embeds` must be a named parameter (`generate` looks for it in this signature); everything else
         # passes through under the names the installed transformers uses (`past_key_values` or `cache`,
         # `cache_position`, `next_sequence_length`, ...: see `cachelimit.compat`).
-        original = original_attribute(type(self), "prepare_inputs_for_generation")
         return bounded_prepare_inputs(
             self,
-            original,
+            original or original_attribute(type(self), "prepare_inputs_for_generation"),
             input_ids,
             cache_limit,
             num_sink_tokens,
