@@ -3,7 +3,7 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-version = re.search(r'__version__ = "([^"]+)"', Path("cachelimit/__init__.py").read_text()).group(1)
+version = re.search(r'__version__ = "([^"]+)"', Path("cachelimit/_version.py").read_text()).group(1)
 
 setup(
     name="cachelimit",
@@ -39,5 +39,5 @@ setup(
             "tqdm>=4.60",
         ],
     },
-    entry_points={"console_scripts": ["cachelimit=cachelimit.cli:main"]},
+    entry_points={"console_scripts": ["cachelimit=cachelimit.cli.main:main"]},
 )

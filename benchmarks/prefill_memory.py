@@ -31,7 +31,7 @@ def one_run(length: int, variant: str) -> dict:
     import torch
 
     import cachelimit
-    from cachelimit.tiny_model import build_tiny_model
+    from cachelimit.cli.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
     model, tokenizer = build_tiny_model()

@@ -1,6 +1,6 @@
 """Run cachelimit's benchmark sweep: `python benchmarks/run_benchmarks.py [--quick] [--out DIR] ...` (see --help).
 
-A thin front for `cachelimit.benchmark.main`, which `cachelimit bench` also calls; it works from a source checkout
+A thin front for `cachelimit.bench.sweep.main`, which `cachelimit bench` also calls; it works from a source checkout
 without installing the package.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cachelimit.benchmark import main  # noqa: E402
+from cachelimit.bench.sweep import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,9 +15,11 @@ from transformers import GenerationConfig
 from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor
 
 import cachelimit
-from cachelimit import BoundedCache, BoundedLayer, compat
-from cachelimit.compat import REPETITION_PENALTY_SKIPS_LEFT_PADDING, passed_cache
+from cachelimit import BoundedCache, BoundedLayer
+from cachelimit.hf import compat
+from cachelimit.hf.compat import REPETITION_PENALTY_SKIPS_LEFT_PADDING, passed_cache
 from tests.common import (
+    ATTENTION,
     PAD,
     VOCAB,
     FamilyTestBase,
@@ -37,7 +39,7 @@ NEW = 8
 class BoundedGenerationTesterMixin(FamilyTestBase):
     # ---- helpers -------------------------------------------------------------------------------------------
     def build(self, attn: str | None = None, dtype: torch.dtype = torch.float32, layers: int = 2, seed: int = 0, **kw):
-        attn = attn or self.declaration.attention[-1]
+        attn = attn or self.attentions[-1]
         self.require_attention(attn)
         return build_tiny_model(self.family, attn, dtype, seed, layers=layers, **kw)
 
@@ -72,7 +74,7 @@ class BoundedGenerationTesterMixin(FamilyTestBase):
     @parameterized.expand(
         [
             (attn, dtype, limit, lengths, layers)
-            for attn in ("eager", "sdpa")
+            for attn in ATTENTION
             for dtype in ("float32", "bfloat16")
             for limit, lengths, layers in [
                 (1, [4, 7], 2),  # prompts longer than L

@@ -16,8 +16,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from cachelimit import cli
-from cachelimit.tiny_model import build_tiny_model, build_tokenizer
+from cachelimit.cli import main as cli
+from cachelimit.cli.tiny_model import build_tiny_model, build_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 FLOAT32 = 4

@@ -1,19 +1,59 @@
 """Tiny seeded models for the tests: no hub, a few hundred parameters per layer, two or more layers.
 
-Every family's shape comes from its own declaration (`cachelimit.FAMILIES[name].tiny_config`), so a new
-family needs nothing here.
+Every family's shape comes from its own test declaration (`tests/models/test_<family>.py`: `tiny_config`, on top of
+`ROPE_TINY` for RoPE families), so a new family needs nothing here.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import torch
 
 import cachelimit
-from cachelimit import compat
-from cachelimit.family import ROPE
+from cachelimit.families.registry import ROPE
+from cachelimit.hf import compat
 
 VOCAB = 61
 PAD = 0
+#: the attention implementations every family is run with (where transformers gives it both)
+ATTENTION = ("eager", "sdpa")
+
+#: The tiny shape shared by the RoPE families (the keys their config declares; a declaration's `tiny_config` is
+#: applied on top): 4 query heads of 8 dims sharing 2 key/value heads, explicit `head_dim` (several configs default it
+#: to 128 or 256), and pad id 0 (several configs default it beyond a tiny vocabulary).
+ROPE_TINY = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "max_position_embeddings": 1024,
+    "pad_token_id": 0,
+}
+
+
+def declared(family: str):
+    """The test declaration of `family` (its `unittest.TestCase` in `tests/models/`)."""
+    # imported here: the declarations import the mixins, which import this module
+    return importlib.import_module("tests.declarations").declared_tests()[family]
+
+
+def tiny_config(family: str, num_hidden_layers: int = 2, vocab_size: int = VOCAB, **overrides: Any):
+    """A config of the family's tiny shape (its declaration's `tiny_config`, then `overrides`); a `layer_types` tuple
+    is a pattern repeated over the layers."""
+    runtime = cachelimit.FAMILIES[family]
+    config_class = runtime.config_class
+    declared_fields = compat.config_fields(config_class)
+    # pad_token_id is every config's (5.0.0's Phi and StableLM configs do not declare it, but their models read it)
+    shared = {key: value for key, value in ROPE_TINY.items() if key in declared_fields or key == "pad_token_id"}
+    shared = shared if runtime.positions == ROPE else {}
+    values = {**shared, **declared(family).tiny_config, **overrides}
+    pattern = values.get("layer_types")
+    if isinstance(pattern, tuple):
+        values["layer_types"] = [pattern[i % len(pattern)] for i in range(num_hidden_layers)]
+    return config_class(vocab_size=vocab_size, num_hidden_layers=num_hidden_layers, **values)
 
 
 def build_tiny_model(
@@ -27,11 +67,10 @@ def build_tiny_model(
     """A randomly initialised (seeded) model of `family`, in eval mode, patched, with no EOS so runs are never
     cut short (tests that want EOS set it themselves). `layers=N` sets the depth (default 2)."""
     cachelimit.patch(family)
-    declaration = cachelimit.FAMILIES[family]
-    config = declaration.tiny(layers, VOCAB, **config_overrides)
+    config = tiny_config(family, layers, VOCAB, **config_overrides)
     config._attn_implementation = attn_implementation  # at construction: 4.x cannot switch StableLM's afterwards
     torch.manual_seed(seed)
-    model = declaration.model_classes[0](config)
+    model = cachelimit.FAMILIES[family].model_classes[0](config)
     if model.config._attn_implementation != attn_implementation:
         model.set_attn_implementation(attn_implementation)
     model = model.to(dtype).eval()
@@ -54,21 +93,33 @@ def left_padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, 
 
 
 class FamilyTestBase:
-    """What every family test reads from the family's declaration (`cachelimit.FAMILIES[family]`)."""
+    """What every family test reads: the family's runtime entry (`cachelimit.FAMILIES[family]`) and, from its test
+    declaration, what the tests need to know about it."""
 
     family: str
+    #: config keyword arguments of its tiny shape (on top of `ROPE_TINY` for RoPE families); layer mixes as the
+    #: real checkpoints have them (a `layer_types` tuple is a pattern repeated over the layers)
+    tiny_config: dict = {}
+    #: the attention implementations transformers gives this family (some refuse SDPA)
+    attention: tuple[str, ...] = ATTENTION
+    #: one line for the README table: what is particular about this family
+    notes: str = ""
 
     @property
-    def declaration(self) -> cachelimit.Family:
+    def runtime(self) -> cachelimit.Family:
         return cachelimit.FAMILIES[self.family]
 
     @property
     def uses_rope(self) -> bool:
-        return self.declaration.positions == ROPE
+        return self.runtime.positions == ROPE
+
+    @property
+    def attentions(self) -> tuple[str, ...]:
+        return declared(self.family).attention
 
     def require_attention(self, attn: str) -> None:
-        if attn not in self.declaration.attention:
-            self.skipTest(f"{self.family} runs with attention {self.declaration.attention} only (transformers)")
+        if attn not in self.attentions:
+            self.skipTest(f"{self.family} runs with attention {self.attentions} only (transformers)")
 
 
 def head_dim(config) -> int:

@@ -14,8 +14,9 @@ from functools import cache
 
 import cachelimit
 import tests.models
-from cachelimit.family import LEARNED, ROPE
+from cachelimit.families.registry import LEARNED, ROPE
 from tests.bounded_mixin import BoundedGenerationTesterMixin
+from tests.common import ATTENTION
 from tests.family_mixin import NativeWindowOracleMixin
 from tests.hybrid_mixin import HybridOracleMixin
 from tests.sink_mixin import NativeWindowSinkTesterMixin
@@ -82,9 +83,9 @@ def supported_families_table() -> str:
             oracles.append("hybrid (own run, banded per layer type)")
         if issubclass(test, BoundedGenerationTesterMixin):
             oracles.append("full matrix")
-        notes = [family.notes] if family.notes else []
-        if family.attention != ("eager", "sdpa"):
-            notes.append(f"{' and '.join(family.attention)} attention only (transformers)")
+        notes = [test.notes] if test.notes else []
+        if test.attention != ATTENTION:
+            notes.append(f"{' and '.join(test.attention)} attention only (transformers)")
         classes = ", ".join(f"`{cls}`" for cls in family.class_names)
         cells = [f"`{name}`", classes, _positions(family), window, sinks, ", ".join(oracles), "; ".join(notes)]
         rows.append("| " + " | ".join(cells) + " |")

@@ -15,19 +15,19 @@ import torch
 from parameterized import parameterized
 
 import cachelimit
-from cachelimit import BoundedCache, compat
-from tests.common import FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
+from cachelimit import BoundedCache
+from cachelimit.hf import compat
+from tests.common import ATTENTION, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
 from tests.reference import generated_step_logits, native_sliding_window_model
 from tests.sink_mixin import SinkHelpers
 
 ATOL = 1e-5
 NEW = 8
-ATTENTION = ("eager", "sdpa")
 
 
 class OracleHelpers(FamilyTestBase):
     def build(self, attn: str | None = None, layers: int = 2, **overrides):
-        attn = attn or self.declaration.attention[-1]
+        attn = attn or self.attentions[-1]
         self.require_attention(attn)
         return build_tiny_model(self.family, attn, layers=layers, **overrides)
 
@@ -98,21 +98,17 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
         cache = BoundedCache.from_model(model, 4, 2)
         built, built_logits = self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=cache)
         self.assertIs(built.past_key_values, cache)
-        self.assertEqual(cache.rotary is None, own.past_key_values.rotary is None)
+        self.assertEqual(cache.rotates_sinks, own.past_key_values.rotates_sinks)
+        self.assertEqual(cache.rotates_sinks, self.uses_rope)
         self.assertTrue(torch.equal(built.sequences, own.sequences))
         torch.testing.assert_close(built_logits, own_logits, atol=0, rtol=0)
-        config = model.config
-        mixed = len(set(getattr(config, "layer_types", None) or ())) > 1 or 0 in (
-            getattr(config, "no_rope_layers", None) or ()
-        )
-        if self.uses_rope and mixed:  # layers of several kinds: a single-group cache is refused, with the fix
-            with self.assertRaisesRegex(ValueError, "BoundedCache.from_model"):
-                self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=BoundedCache(4, 2))
-        elif self.uses_rope:  # a fresh hand-built cache is fitted to the model by generate: its rotary is found
-            bare_cache = BoundedCache(4, 2)
-            bare, bare_logits = self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=bare_cache)
-            self.assertIsNotNone(bare_cache.rotary)
-            torch.testing.assert_close(bare_logits, own_logits, atol=0, rtol=0)
+        # a fresh hand-built cache is fitted to the model by generate: its layer types, windows and rotaries, hybrid
+        # models (sliding and full layers, NoPE layers) included
+        bare_cache = BoundedCache(4, 2)
+        bare, bare_logits = self.run_sinks(model, ids, mask, 4, 2, 10, past_key_values=bare_cache)
+        self.assertEqual(bare_cache.rotates_sinks, self.uses_rope)
+        self.assertEqual(len(bare_cache.groups), len(own.past_key_values.groups))
+        torch.testing.assert_close(bare_logits, own_logits, atol=0, rtol=0)
 
     def test_oracle_without_cache_limit_matches_the_unpatched_model(self):
         model = self.build()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cachelimit.compat import CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN
+from cachelimit.hf.compat import CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN
 
 
 def ring_capacities(widths: Iterable[int], ring: int) -> list[int]:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from cachelimit.utils.masks import attention_mask_for
+from cachelimit.hf.masks import transformers_mask as attention_mask_for
 
 
 def banded_visibility(

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import torch
 
 import cachelimit
-from cachelimit.compat import passed_cache
+from cachelimit.hf.compat import passed_cache
 
 from .common import left_padded_batch
 

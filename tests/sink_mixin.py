@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 from parameterized import parameterized
 
-from cachelimit import compat
-from cachelimit.compat import passed_cache
+from cachelimit.hf import compat
+from cachelimit.hf.compat import passed_cache
 from tests.common import (
+    ATTENTION,
     VOCAB,
     FamilyTestBase,
     build_tiny_model,
@@ -24,7 +25,6 @@ from tests.common import (
 )
 from tests.sink_reference import StreamingReference, banded_sink_logits
 
-ATTENTION = ("eager", "sdpa")
 # (num_sinks, limit, prompt length): prompts shorter and longer than L, S up to L - 1, a prompt shorter than S.
 GREEDY_CASES = [(0, 4, 7), (1, 3, 2), (1, 4, 9), (2, 5, 1), (2, 5, 5), (2, 5, 6), (2, 6, 14)]
 GREEDY_CASES += [(4, 5, 2), (4, 5, 11), (4, 9, 6), (4, 9, 20)]
@@ -59,7 +59,7 @@ class SinkHelpers(FamilyTestBase):
 
     # ---- helpers -------------------------------------------------------------------------------------------
     def sink_build(self, attn: str | None = None, **overrides):
-        attn = attn or self.declaration.attention[-1]
+        attn = attn or self.attentions[-1]
         self.require_attention(attn)
         return build_tiny_model(self.family, attn, **overrides)
 

@@ -38,8 +38,8 @@ import sys
 import torch
 from transformers import DynamicCache
 
-from cachelimit.compat import CACHE_ARGUMENT
-from cachelimit.utils.masks import attention_mask_for
+from cachelimit.hf.compat import CACHE_ARGUMENT
+from cachelimit.hf.masks import transformers_mask as attention_mask_for
 
 
 def explicit_positions(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -15,9 +15,9 @@ import torch
 from parameterized import parameterized
 
 import cachelimit
-from cachelimit import compat
-from cachelimit.patches.applier import FAMILIES
-from cachelimit.utils.masks import attention_mask_for
+from cachelimit.families.table import FAMILIES
+from cachelimit.hf import compat
+from cachelimit.hf.masks import transformers_mask as attention_mask_for
 from tests.common import build_tiny_model, left_padded_batch, skip_where_sinks_are_refused
 from tests.reference import extended_mask, real_positions
 from tests.sink_reference import StreamingReference, sink_visibility
@@ -158,7 +158,7 @@ for _name in cachelimit.supported_families():
     globals()[_class_name] = type(
         _class_name,
         (AttentionOrderTesterMixin, unittest.TestCase),
-        {"family": _name, "uses_rope": FAMILIES[_name].rotary is not None},
+        {"family": _name, "uses_rope": FAMILIES[_name].uses_rope},
     )
 
 

@@ -8,9 +8,9 @@ import torch
 from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, StaticCache
 
-from cachelimit import compat
-from cachelimit.compat import rope_config
-from cachelimit.policy import MAX_CACHE_LIMIT
+from cachelimit.core.policy import MAX_CACHE_LIMIT
+from cachelimit.hf import compat
+from cachelimit.hf.compat import rope_config
 from tests.common import build_tiny_model, left_padded_batch
 
 

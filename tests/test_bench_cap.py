@@ -6,8 +6,8 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from cachelimit import benchmark
 from cachelimit.bench import cap
+from cachelimit.bench import sweep as benchmark
 from tests.test_benchmark import synthetic_run
 
 

@@ -12,11 +12,11 @@ import torch
 from parameterized import parameterized
 from transformers.cache_utils import Cache
 
-from cachelimit import benchmark
 from cachelimit.bench import report as bench_report
+from cachelimit.bench import sweep as benchmark
 from cachelimit.bench.ideal import RingBufferLayer
-from cachelimit.compat import CACHE_ARGUMENT
-from cachelimit.window_cache import kv_bytes
+from cachelimit.core.cache import kv_bytes
+from cachelimit.hf.compat import CACHE_ARGUMENT
 from tests.common import build_tiny_model, left_padded_batch
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from parameterized import parameterized
 
-from cachelimit import cli, supported_families
-from cachelimit.tiny_model import build_tiny_model, build_tokenizer
+from cachelimit import supported_families
+from cachelimit.cli import main as cli
+from cachelimit.cli.tiny_model import build_tiny_model, build_tokenizer
 
 from .cli_helpers import (
     STATUS_BYTES,
@@ -232,7 +233,7 @@ class TestGenerate(unittest.TestCase):
 
 
 class TestBenchForwarding(unittest.TestCase):
-    """`bench` hands every argument, --help included, to `cachelimit.benchmark.main` and returns its status."""
+    """`bench` hands every argument, --help included, to `cachelimit.bench.sweep.main` and returns its status."""
 
     def run_with_fake_benchmark(self, argv, behaviour):
         calls = []
@@ -241,17 +242,17 @@ class TestBenchForwarding(unittest.TestCase):
             calls.append(arguments)
             return behaviour(arguments)
 
-        fake = types.ModuleType("cachelimit.benchmark")
+        fake = types.ModuleType("cachelimit.bench.sweep")
         fake.main = main
-        saved = sys.modules.get("cachelimit.benchmark")
-        sys.modules["cachelimit.benchmark"] = fake
+        saved = sys.modules.get("cachelimit.bench.sweep")
+        sys.modules["cachelimit.bench.sweep"] = fake
         try:
             return cli.main(argv), calls
         finally:
             if saved is None:
-                del sys.modules["cachelimit.benchmark"]
+                del sys.modules["cachelimit.bench.sweep"]
             else:
-                sys.modules["cachelimit.benchmark"] = saved
+                sys.modules["cachelimit.bench.sweep"] = saved
 
     def test_arguments_and_status_pass_through(self):
         code, calls = self.run_with_fake_benchmark(["bench", "--quick", "--out", "x", "--help"], lambda _: 3)

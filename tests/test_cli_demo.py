@@ -16,7 +16,7 @@ from pathlib import Path
 
 from parameterized import parameterized
 
-from cachelimit.tiny_model import build_tiny_model, build_tokenizer, printable_token_ids
+from cachelimit.cli.tiny_model import build_tiny_model, build_tokenizer, printable_token_ids
 
 from .cli_helpers import (
     FLOAT32,
@@ -104,7 +104,7 @@ class TestDemo(unittest.TestCase):
 
 
 def cli_demo_prompt() -> str:
-    from cachelimit.demo import PROMPT
+    from cachelimit.cli.demo import PROMPT
 
     return PROMPT
 

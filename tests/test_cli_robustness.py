@@ -21,10 +21,10 @@ from unittest import mock
 import torch
 from parameterized import parameterized
 
-from cachelimit import cli
-from cachelimit.live import KVMeter, LiveTextStreamer, StatusLine
-from cachelimit.policy import MAX_CACHE_LIMIT
-from cachelimit.tiny_model import build_tokenizer
+from cachelimit.cli import main as cli
+from cachelimit.cli.terminal import KVMeter, LiveTextStreamer, StatusLine
+from cachelimit.cli.tiny_model import build_tokenizer
+from cachelimit.core.policy import MAX_CACHE_LIMIT
 
 from .cli_helpers import REPO, FailureMixin, run_in_process
 
@@ -49,7 +49,7 @@ class TestNoHeavyImports(unittest.TestCase):
     )
     def test_no_torch(self, _, argv, code):
         script = (
-            "import sys\nfrom cachelimit import cli\n"
+            "import sys\nfrom cachelimit.cli import main as cli\n"
             f"code = cli.main({argv!r})\n"
             f"print('HEAVY', [name for name in {HEAVY!r} if name in sys.modules], code, file=sys.stderr)\n"
         )
@@ -103,7 +103,7 @@ class TestBadValues(FailureMixin, unittest.TestCase):
             file = Path(directory) / "taken"
             file.write_text("")
             for out, fragment in [(file, "is a file"), (file / "below", "cannot write to")]:
-                with mock.patch("cachelimit.demo.demo_command") as command:
+                with mock.patch("cachelimit.cli.demo.demo_command") as command:
                     result = run_in_process(["demo", "--out", str(out)])
                 self.assert_one_line_failure(result, 2, "argument --out:", fragment)
                 command.assert_not_called()

@@ -1,4 +1,4 @@
-"""`cachelimit.compat`: the supported range is declared once and agrees everywhere; the bridges do what they say."""
+"""`cachelimit.hf.compat`: the supported range is declared once and agrees everywhere; the bridges do what they say."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import cachelimit
-from cachelimit import compat
+from cachelimit.hf import compat
+from cachelimit.hf.masks import transformers_mask
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -77,9 +78,9 @@ class CacheArgumentTest(unittest.TestCase):
 class QueryArgumentsTest(unittest.TestCase):
     def test_mask_builder_sees_queries_from_column_zero(self):
         allowed = torch.tensor([[[True, False, True], [False, True, True]]])
-        mask = cachelimit.utils.masks.attention_mask_for(_Config("sdpa"), allowed, torch.float32)
+        mask = transformers_mask(_Config("sdpa"), allowed, torch.float32)
         self.assertTrue(torch.equal(mask[:, 0], allowed))
-        additive = cachelimit.utils.masks.attention_mask_for(_Config("eager"), allowed, torch.float32)
+        additive = transformers_mask(_Config("eager"), allowed, torch.float32)
         self.assertTrue(torch.equal(additive[:, 0] == 0, allowed))
 
 

@@ -174,5 +174,15 @@ class UnpatchDuringARunTest(unittest.TestCase):
         self.assertTrue(torch.equal(result["out"].sequences, clean.sequences))
 
 
+class UnfittedCacheTest(unittest.TestCase):
+    def test_a_hand_built_cache_outside_a_bounded_run_is_a_clear_error(self):
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([5], seed=5)
+        cachelimit.unpatch("llama")
+        self.addCleanup(cachelimit.patch, "llama")
+        with self.assertRaisesRegex(RuntimeError, "not fitted|before it was fitted"):
+            model.generate(ids, attention_mask=mask, past_key_values=BoundedCache(LIMIT), max_new_tokens=2)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import unittest
 
 import cachelimit
-from cachelimit import compat
-from cachelimit.family import LEARNED, ROPE
+from cachelimit.families.registry import LEARNED, ROPE
+from cachelimit.hf import compat
 from tests.declarations import declared_tests, representative_families, supported_families_table
 from tests.family_mixin import FamilyOracleMixin
 from tests.readme_table import README, readme_with_table

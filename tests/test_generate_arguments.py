@@ -15,7 +15,8 @@ import torch
 from parameterized import parameterized
 from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 
-from cachelimit import BoundedCache, compat
+from cachelimit import BoundedCache
+from cachelimit.hf import compat
 
 from .common import build_tiny_model, left_padded_batch
 from .registry_helpers import registered, run, seen_caches, setting_warnings

@@ -16,11 +16,12 @@ import torch
 from parameterized import parameterized
 
 import cachelimit
-from cachelimit import BoundedCache, compat
-from cachelimit.compat import passed_cache
-from cachelimit.patches.applier import FAMILIES
-from cachelimit.policy import MAX_CACHE_LIMIT
-from tests.common import VOCAB, build_tiny_model, left_padded_batch, skip_where_sinks_are_refused
+from cachelimit import BoundedCache
+from cachelimit.core.policy import MAX_CACHE_LIMIT
+from cachelimit.families.table import FAMILIES
+from cachelimit.hf import compat
+from cachelimit.hf.compat import passed_cache
+from tests.common import VOCAB, build_tiny_model, declared, left_padded_batch, skip_where_sinks_are_refused
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import extended_mask, generated_step_logits
 from tests.sink_mixin import SinkTesterMixin
@@ -36,9 +37,10 @@ class GrowthTesterMixin:
     assert_sinks_match_reference = SinkTesterMixin.assert_sinks_match_reference
 
     def build(self, attn: str | None = None, layers: int = 2):
-        attn = attn or cachelimit.FAMILIES[self.family].attention[-1]  # sdpa where transformers has it
-        if attn not in cachelimit.FAMILIES[self.family].attention:
-            self.skipTest(f"{self.family} runs with attention {cachelimit.FAMILIES[self.family].attention} only")
+        attentions = declared(self.family).attention
+        attn = attn or attentions[-1]  # sdpa where transformers has it
+        if attn not in attentions:
+            self.skipTest(f"{self.family} runs with attention {attentions} only")
         return build_tiny_model(self.family, attn, layers=layers)
 
     def generate(self, model, ids, mask, limit, new, **kwargs):
@@ -213,7 +215,7 @@ class HugeLimitValidationTest(unittest.TestCase):
 
 for _name in cachelimit.supported_families():
     _class_name = f"{_name.title().replace('_', '')}GrowthTest"
-    _rope = FAMILIES[_name].rotary is not None
+    _rope = FAMILIES[_name].uses_rope
     globals()[_class_name] = type(
         _class_name, (GrowthTesterMixin, unittest.TestCase), {"family": _name, "uses_rope": _rope}
     )

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from cachelimit import cli, compat, pretrained
-from cachelimit.loading import LoadError, load_model, resolve_source
-from cachelimit.pretrained import INSTALL_COMMAND, PRETRAINED, MissingModelError
+from cachelimit.cli import main as cli
+from cachelimit.cli import pretrained
+from cachelimit.cli.model_argument import LoadError, load_model, resolve_source
+from cachelimit.cli.pretrained import INSTALL_COMMAND, PRETRAINED, MissingModelError
+from cachelimit.hf import compat
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cachelimit import compat
+from cachelimit.hf import compat
 from tests.common import build_tiny_model, left_padded_batch
 from tests.declarations import has_native_window_oracle, representative_families
 from tests.growth_spec import forward_widths, ring_capacities

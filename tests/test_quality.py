@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from cachelimit import quality, quality_report
+from cachelimit.bench import quality, quality_report
 from tests.common import VOCAB, build_tiny_model
 from tests.reference import banded_logits, banded_visibility
 from tests.sink_reference import StreamingReference

@@ -24,8 +24,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 import cachelimit
-from cachelimit import pretrained
-from cachelimit.quality import default_text
+from cachelimit.bench.quality import default_text
+from cachelimit.cli import pretrained
 from tests.sink_reference import StreamingReference
 
 try:
@@ -134,7 +134,7 @@ def test_sinks_equal_streaming_llm_reference(smollm2, prompt):
 
 def test_demo_runs_the_real_model(cache_dir, tmp_path, monkeypatch, capsys):
     """`cachelimit demo` picks smollm2 when it is installed: real text, exact KV bytes for both caches."""
-    from cachelimit import cli
+    from cachelimit.cli import main as cli
 
     monkeypatch.setenv(pretrained.CACHE_ENV, str(cache_dir))
     argv = ["demo", "--tokens", "10", "--cache-limit", "8", "--sinks", "2", "--out", str(tmp_path)]

@@ -17,7 +17,8 @@ from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig, QuantizedCache, StaticCache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
-from cachelimit import compat, registry
+from cachelimit.hf import cache_setting as registry
+from cachelimit.hf import compat
 
 from .common import VOCAB, build_tiny_model, left_padded_batch
 from .declarations import representative_families

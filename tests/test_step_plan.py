@@ -13,15 +13,7 @@ import torch
 from parameterized import parameterized
 
 from cachelimit import WindowPolicy
-from cachelimit.step_plan import RowState, plan_step
 from tests.growth_spec import ring_capacities
-
-
-class FakeRotary:
-    """Hands back the requested shifts as the "cos"/"sin", so a test can read which shift each sink copy gets."""
-
-    def cos_sin(self, shift: torch.Tensor):
-        return shift.clone(), shift.clone()
 
 
 def brute_force_visible(real: list[bool], query: int, start: int, limit: int, sinks: int, windowed: bool, native):
@@ -58,21 +50,22 @@ class PlanStepTest(unittest.TestCase):
         ]
     )
     def test_plan_matches_brute_force(self, _, limit, sinks, window_prefill, native, pads, widths):
-        for rotary in (None, FakeRotary()) if sinks else (None,):
-            self.check_sequence(limit, sinks, window_prefill, native, pads, widths, rotary)
+        for rotates in (False, True) if sinks else (False,):  # learned positions, RoPE sinks
+            self.check_sequence(limit, sinks, window_prefill, native, pads, widths, rotates)
 
-    def check_sequence(self, limit, sinks, window_prefill, native, pads, widths, rotary):
+    def check_sequence(self, limit, sinks, window_prefill, native, pads, widths, rotates):
         policy = WindowPolicy(limit, sinks, window_prefill, native)
         ring_size = limit - sinks + 1
         total = sum(widths)
         real = torch.tensor([[column >= pad for column in range(total)] for pad in pads])
-        state = RowState.empty(len(pads), policy, torch.device("cpu"))
+        state = policy.new_rows(len(pads), torch.device("cpu"))
         ring: list[int | None] = [None] * ring_size  # simulated: which column each ring slot holds
         capacities = ring_capacities(widths, ring_size)
         start = 0
         for width, capacity in zip(widths, capacities, strict=True):
             new_real = real[:, start : start + width]
-            plan = plan_step(state, policy, new_real, rotary)
+            model_mask = policy.first_forward_is_causal(state.cursor, width)
+            plan = policy.plan(state, new_real, model_mask=model_mask, rotates_sinks=rotates)
             decode = width == 1
             self.assertEqual((plan.start, plan.num_new, plan.decode), (start, width, decode))
             expected_positions = (real[:, : start + width].long().cumsum(1) - 1).clamp(min=0)[:, start:]
@@ -95,7 +88,7 @@ class PlanStepTest(unittest.TestCase):
             self.check_visibility(
                 plan, real, start, width, limit, sinks, window_prefill or decode, native, ring_columns
             )
-            if rotary is not None and not plan.model_mask:  # (no sink is read before anything is cut)
+            if rotates and not plan.model_mask:  # (no sink is read before anything is cut)
                 self.check_sink_shifts(plan, real, start, width, limit, sinks, window_prefill or decode)
             if not decode:
                 for source, target in zip(plan.ring_source.tolist(), plan.ring_target.tolist(), strict=True):
@@ -143,7 +136,7 @@ class PlanStepTest(unittest.TestCase):
         else:
             expected = (seen_before - limit).clamp(min=0)[:, None].expand(-1, sinks)
         self.assertEqual(plan.sink_copies, width if windowed and width > 1 else 1)
-        self.assertTrue(torch.equal(plan.sink_cos, expected))
+        self.assertTrue(torch.equal(plan.sink_shift, expected))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Exact bookkeeping of `BoundedCache` (no timing): slots and bytes held, which ring slot each token lands in,
 no allocation while decoding (except when the ring grows), kept lengths under left padding and row reordering
-(`plan_step` alone: tests/test_step_plan.py; growth across its boundaries: tests/test_growth.py).
+(the window policy's plans alone: tests/test_step_plan.py; growth across its boundaries: tests/test_growth.py).
 
 The expectations are derived here from the definitions (a column's ring slot is `column % (L - S + 1)`; a token
 reads the first S real tokens of its row, the last L - S columns and itself; the ring grows as
@@ -15,8 +15,9 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from cachelimit import BoundedCache, BoundedLayer, compat
-from cachelimit.compat import passed_cache
+from cachelimit import BoundedCache, BoundedLayer
+from cachelimit.hf import compat
+from cachelimit.hf.compat import passed_cache
 from tests.common import build_tiny_model, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 
@@ -89,7 +90,7 @@ class DecodeAudit:
         test, sinks = self.test, self.sinks
         slot = sinks + self.column % self.ring
         self.slots_written.append((self.column, slot))
-        test.assertEqual(layer.cache.plan.ring_slot, self.column % self.ring)
+        test.assertEqual(layer.group.plan.ring_slot, self.column % self.ring)
         held = keys_before.shape[-2]
         if layer.keys.shape[-2] == held:
             test.assertEqual((layer.keys.data_ptr(), layer.values.data_ptr()), (key_ptr, value_ptr), "reallocated")
@@ -217,14 +218,14 @@ class RowReorderingTest(unittest.TestCase):
             {name: getattr(layer, name).clone() for name in names if getattr(layer, name) is not None}
             for layer in cache.layers
         ]
-        state = cache.state
+        state = cache.groups[0].rows
         rows_before = (state.num_real.clone(), state.sink_column.clone(), state.ring_real.clone(), state.cursor)
         kept_before = cache.kept_lengths()
         cache.reorder_cache(index)
         for layer, tensors in zip(cache.layers, before, strict=True):
             for name, tensor in tensors.items():
                 self.assertTrue(torch.equal(getattr(layer, name), tensor[index]), name)
-        state = cache.state
+        state = cache.groups[0].rows
         self.assertTrue(torch.equal(state.num_real, rows_before[0][index]))
         self.assertTrue(torch.equal(state.sink_column, rows_before[1][index]))
         self.assertTrue(torch.equal(state.ring_real, rows_before[2][index]))

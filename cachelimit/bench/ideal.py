@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import CacheLayer, query_length
+from ..hf.compat import CacheLayer, query_length
 
 
 class RingBufferLayer(CacheLayer):

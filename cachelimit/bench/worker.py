@@ -21,10 +21,10 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM, StoppingCriteria
 from transformers.cache_utils import Cache
 
-import cachelimit
 from cachelimit.bench.ideal import RingBufferLayer
-from cachelimit.compat import CACHE_ARGUMENT, passed_cache
-from cachelimit.window_cache import kv_bytes
+from cachelimit.core.cache import kv_bytes
+from cachelimit.families.patching import patch
+from cachelimit.hf.compat import CACHE_ARGUMENT, passed_cache
 
 #: (layers, hidden, heads, MLP width); vocab 1024, float32. "full" is the issue's Mistral-/GPT-2-small shape.
 SHAPES = {"full": (12, 768, 12, 3072), "quick": (4, 256, 4, 1024)}
@@ -138,7 +138,7 @@ def run_one(spec: dict) -> dict:
     family, variant, limit, batch = spec["family"], spec["variant"], spec["limit"], spec["batch"]
     window = limit + 1 if variant.startswith("native") else None
     model = build_model(family, spec["shape"], spec["seed"], spec["positions"], sliding_window=window)
-    cachelimit.patch(family)
+    patch(family)
     generator = torch.Generator().manual_seed(spec["seed"] + 1)
     prompt = torch.randint(1, VOCAB, (batch, spec["prompt_tokens"]), generator=generator)
     cache_ref: dict = {}

@@ -77,7 +77,7 @@ def pytest_configure(config) -> None:
     if MODE not in ("patched", "limit"):
         raise pytest.UsageError(f"CACHELIMIT_PEER_MODE must be unpatched, patched or limit, got {MODE!r}")
     import cachelimit
-    from cachelimit.patches import FAMILIES
+    from cachelimit.families.table import FAMILIES
 
     cachelimit.patch()
     if MODE == "limit":

@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin
 
 class CohereFamilyTest(FamilyOracleMixin, unittest.TestCase):
     family = "cohere"
+    notes = "interleaved rotary pairs"

@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin
 
 class Glm4FamilyTest(FamilyOracleMixin, unittest.TestCase):
     family = "glm4"
+    notes = "interleaved rotary pairs"

@@ -13,6 +13,8 @@ from tests.sink_mixin import SinkTesterMixin
 
 class GPT2BoundedGenerationTest(BoundedGenerationTesterMixin, SinkTesterMixin, unittest.TestCase):
     family = "gpt2"
+    tiny_config = {"n_embd": 32, "n_head": 4, "n_positions": 256}
+    notes = "at most `n_positions` tokens"
 
     def count_forwards(self, model) -> list[int]:
         calls = []

@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin
 
 class GptNeoxFamilyTest(FamilyOracleMixin, unittest.TestCase):
     family = "gpt_neox"
+    notes = "fused qkv projection"

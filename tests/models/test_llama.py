@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unittest
 
-from cachelimit.compat import rope_config
+from cachelimit.hf.compat import rope_config
 from tests.bounded_mixin import BoundedGenerationTesterMixin
 from tests.common import left_padded_batch
 from tests.sink_mixin import SinkTesterMixin

@@ -8,13 +8,14 @@ import torch
 from parameterized import parameterized
 
 from tests.bounded_mixin import NEW, BoundedGenerationTesterMixin
-from tests.common import left_padded_batch
+from tests.common import ATTENTION, left_padded_batch
 from tests.reference import native_sliding_window_model
 from tests.sink_mixin import NativeWindowSinkTesterMixin
 
 
 class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSinkTesterMixin, unittest.TestCase):
     family = "mistral"
+    tiny_config = {"sliding_window": None}
 
     def native(self, oracle, ids, mask, **kwargs):
         """transformers' own run (`cache_limit=None`: nothing of cachelimit's is used)."""
@@ -27,7 +28,7 @@ class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSin
         torch.testing.assert_close(torch.stack(bounded.logits, 1), torch.stack(native.logits, 1), atol=1e-5, rtol=0)
 
     @parameterized.expand(
-        [(attn, limit, chunk) for attn in ("eager", "sdpa") for limit, chunk in [(1, 3), (3, 2), (4, 5), (6, 1)]]
+        [(attn, limit, chunk) for attn in ATTENTION for limit, chunk in [(1, 3), (3, 2), (4, 5), (6, 1)]]
     )
     def test_chunked_prefill_equals_native_sliding_window(self, attn, limit, chunk):
         model = self.build(attn)

@@ -9,3 +9,5 @@ from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
 
 class MixtralFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
     family = "mixtral"
+    tiny_config = {"sliding_window": None, "num_local_experts": 4, "num_experts_per_tok": 2}
+    notes = "mixture of experts"

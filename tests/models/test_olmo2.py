@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin
 
 class Olmo2FamilyTest(FamilyOracleMixin, unittest.TestCase):
     family = "olmo2"
+    notes = "q/k norms before the rotation"

@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
 
 class Phi3FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
     family = "phi3"
+    notes = "fused qkv projection"

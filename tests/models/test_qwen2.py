@@ -10,5 +10,6 @@ from tests.hybrid_mixin import HybridOracleMixin
 
 class Qwen2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "qwen2"
+    notes = "`max_window_layers` below the depth: hybrid"
     native_window_switches = {"use_sliding_window": True, "max_window_layers": 0}
     hybrid_switches = {"use_sliding_window": True, "max_window_layers": 1}

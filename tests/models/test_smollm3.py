@@ -7,13 +7,15 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from tests.common import left_padded_batch
+from tests.common import ATTENTION, left_padded_batch
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
 from tests.hybrid_mixin import HybridOracleMixin
 
 
 class SmolLM3FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracleMixin, unittest.TestCase):
     family = "smollm3"
+    tiny_config = {"no_rope_layer_interval": 2}
+    notes = "NoPE layers keep their sinks as written"
     native_window_switches = {"use_sliding_window": True, "layer_types": ("sliding_attention",)}
     hybrid_switches = {"use_sliding_window": True, "layer_types": ("sliding_attention", "full_attention")}
 
@@ -25,7 +27,7 @@ class SmolLM3FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, HybridOracle
         out, logits = self.run_sinks(model, ids, mask, 5, 2, 14)
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 5, 2)
 
-    @parameterized.expand([(attn, beams) for attn in ("eager", "sdpa") for beams in (1, 2)])
+    @parameterized.expand([(attn, beams) for attn in ATTENTION for beams in (1, 2)])
     def test_nope_sinks_chunked_prefill_not_cutting_equals_transformers(self, attn, beams):
         """Issue 20, defect 1: sinks with a chunked prefill on a model with NoPE layers crashed (the RoPE layers copy
         their sinks per query, the NoPE layers did not, under one mask). A limit that never cuts gives transformers'

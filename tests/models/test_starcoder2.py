@@ -9,3 +9,4 @@ from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
 
 class Starcoder2FamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, unittest.TestCase):
     family = "starcoder2"
+    tiny_config = {"sliding_window": None}

@@ -1,0 +1,81 @@
+"""`cachelimit generate`: stream a model's text to stdout with a live status line (tokens, tokens/s, KV bytes).
+
+Imported by the command line only when the command runs (it needs torch and transformers); its arguments have
+been checked by `cachelimit.cli` before.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ..families.patching import patch
+from ..families.table import FAMILIES
+from .errors import CliError
+from .model_argument import load_model
+from .pretrained import encode_prompt
+from .terminal import KVMeter, LiveTextStreamer, StatusLine
+from .tiny_model import HEADER, build_tiny_model
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def device_from(requested: str | None) -> torch.device:
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as error:
+        raise CliError(f"argument --device: {one_line(error)}", code=2) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CliError(f"argument --device: {requested!r} asked for, but torch sees no CUDA device", code=2)
+    return device
+
+
+def generate_command(args: argparse.Namespace) -> int:
+    """Stream MODEL's text to stdout with a live status line (tokens, tokens/s, KV bytes) on stderr."""
+    device, dtype = device_from(args.device), getattr(torch, args.dtype)
+    if args.model is None:
+        (model, tokenizer), family = build_tiny_model(dtype), "llama"
+        header = f"cachelimit: {HEADER}"
+    else:
+        model, tokenizer, family = load_model(args.model, dtype)
+        header = f"cachelimit: {args.model} ({family} family), {args.dtype} on {device}"
+    model = model.to(device)
+    encoded, args.prompt = encode_prompt(tokenizer, args.prompt, args.chat)  # (model inputs, text echoed)
+    inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
+    prompt_length = inputs["input_ids"].shape[1]
+    if prompt_length == 0:
+        raise CliError("argument --prompt: the prompt has no tokens; give some text", code=2)
+    options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.sample}
+    if args.prefill_chunk_size is not None:
+        options["prefill_chunk_size"] = args.prefill_chunk_size
+    if model.generation_config.pad_token_id is None:
+        options["pad_token_id"] = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+    if args.cache_limit is None:
+        label = "unbounded"
+        check = FAMILIES[family].check_generation  # a bounded run is checked by cachelimit's generate
+        if check is not None:
+            check(model, prompt_length, args.max_new_tokens)
+    else:
+        options.update(cache_limit=args.cache_limit, num_sink_tokens=args.sinks)
+        label = f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
+    patch(family)
+    torch.manual_seed(args.seed)
+    with StatusLine() as status, KVMeter(model) as meter:
+        streamer = LiveTextStreamer(tokenizer, status, meter, label, header=header, prompt=args.prompt)
+        try:
+            with torch.inference_mode():
+                model.generate(**inputs, streamer=streamer, **options)
+        except KeyboardInterrupt:
+            if streamer.generated:  # flush what the streamer still held back, then the last status
+                streamer.end()
+                status.finish(streamer.line())
+            raise
+        status.finish(streamer.line())
+    return 0

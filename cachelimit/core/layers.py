@@ -1,0 +1,165 @@
+"""`BoundedLayer`: one decoder layer's keys and values, a slot store that carries out its group's plans.
+
+The layer holds one buffer of sink slots followed by the ring (`core.ring`), plus, for RoPE layers with sinks, the
+sink keys as written (un-rotated: the returned copies are rotated from them each step, so no error accumulates). It
+decides nothing: which slot a token lands in, what is returned and how sinks move come from the plan its group's
+policy computed for this forward (`core.plan`), the same for every layer of the group.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers.cache_utils import CacheLayerMixin
+
+from .plan import StepPlan
+
+if TYPE_CHECKING:
+    from .cache import LayerGroup
+    from .rotary import RotaryShift
+
+
+class BoundedLayer(CacheLayerMixin):
+    """One layer of a `BoundedCache`; `rotary` (with `rotary_kind`, its key in `StepPlan.rotations`) moves its sink
+    keys, None for a layer whose keys carry no positions (learned positions, NoPE layers)."""
+
+    is_sliding = True
+
+    def __init__(self, group: LayerGroup, rotary: RotaryShift | None = None, rotary_kind: str = ""):
+        super().__init__()
+        self.group, self.rotary, self.rotary_kind = group, rotary, rotary_kind
+        self.cumulative_length = 0  # columns this layer has stored: a forward the cache did not plan is refused
+        self.sink_keys: torch.Tensor | None = None
+
+    @property
+    def num_sinks(self) -> int:
+        return self.group.policy.num_sinks
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Allocate the sink slots and an empty ring; `_reserve` sizes the ring for what each plan needs."""
+        batch, heads, _, key_dim = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(batch, heads, self.num_sinks, key_dim)
+        self.values = value_states.new_zeros(batch, heads, self.num_sinks, value_states.shape[-1])
+        if self.num_sinks and self.rotary is not None:
+            self.sink_keys = key_states.new_zeros(batch, heads, self.num_sinks, key_dim)
+        self.is_initialized = True
+
+    def _reserve(self, sinks: int, capacity: int) -> None:
+        """Grow the buffers to `sinks + capacity` slots: the allocated prefix is copied as is, so no column changes
+        slot (`core.ring`). New slots are zeros (finite under a mask, unlike empty memory)."""
+        slots, held = sinks + capacity, self.keys.shape[-2]
+        if held >= slots:
+            return
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_zeros(*old.shape[:2], slots, old.shape[-1])
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
+
+    def _plan(self, num_new: int) -> StepPlan:
+        plan = self.group.plan
+        if plan is None or plan.start != self.cumulative_length or plan.num_new != num_new:
+            raise RuntimeError(
+                "BoundedCache was used in a forward that was not announced with `begin_step`; run it through "
+                "`model.generate(..., cache_limit=...)` on a model patched with `cachelimit.patch()`."
+            )
+        return plan
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        plan = self._plan(key_states.shape[-2])
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        sinks = self.num_sinks
+        self._reserve(sinks, plan.capacity)
+        if plan.sink_fill is not None:
+            self._fill_sinks(plan, key_states, value_states)
+        if plan.decode:
+            slot = sinks + plan.ring_slot
+            self.keys[:, :, slot] = key_states[:, :, 0]
+            self.values[:, :, slot] = value_states[:, :, 0]
+            if plan.sink_shift is not None and self.rotary is not None:
+                self.keys[:, :, :sinks] = self.rotary.apply(self.sink_keys, *plan.rotations[self.rotary_kind])
+            keys, values = self.keys, self.values
+            if keys.shape[-2] != sinks + plan.visible:  # the ring is not full yet: only the slots written so far
+                keys, values = keys[:, :, : sinks + plan.visible], values[:, :, : sinks + plan.visible]
+        else:
+            if plan.model_mask:  # the first forward, nothing cut: the new tokens attend to each other only
+                keys, values = key_states, value_states
+            else:
+                keys, values = self._gather(plan, key_states, value_states)
+            target = sinks + plan.ring_target
+            self.keys.index_copy_(2, target, key_states.index_select(2, plan.ring_source))
+            self.values.index_copy_(2, target, value_states.index_select(2, plan.ring_source))
+        self.cumulative_length += plan.num_new
+        return keys, values
+
+    def _fill_sinks(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Copy each row's first real tokens into its sink slots (per row: left pads differ by row)."""
+        sinks = self.num_sinks
+        fill = plan.sink_fill[:, None, :, None]
+        for states, target in (
+            (key_states, self.sink_keys if self.sink_keys is not None else self.keys[:, :, :sinks]),
+            (value_states, self.values[:, :, :sinks]),
+        ):
+            index = plan.sink_source[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[-1])
+            target.copy_(torch.where(fill, states.gather(2, index), target))
+
+    def _gather(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        """A multi-token forward reads [sink copies | kept past, oldest first | new tokens] (`core.plan`)."""
+        sinks = self.num_sinks
+        past = sinks + plan.past_slots
+        key_parts = [self.keys.index_select(2, past), key_states]
+        value_parts = [self.values.index_select(2, past), value_states]
+        if sinks:
+            value_parts.insert(0, self.values[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1))
+            if plan.sink_shift is not None and self.rotary is not None:
+                sink_keys = self.sink_keys.repeat(1, 1, plan.sink_copies, 1)
+                key_parts.insert(0, self.rotary.apply(sink_keys, *plan.rotations[self.rotary_kind]))
+            else:
+                key_parts.insert(0, self.keys[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1))
+        return torch.cat(key_parts, dim=-2), torch.cat(value_parts, dim=-2)
+
+    def get_mask_sizes(self, query_length) -> tuple[int, int]:
+        # Masks for this cache are built before the forward (slots are not in column order), except for a first
+        # forward the model masks itself (`StepPlan.model_mask`): it then reads exactly the new tokens.
+        plan = self.group.plan
+        if plan is not None and plan.model_mask:
+            return plan.num_new, 0
+        return (self.keys.shape[-2] if self.is_initialized else 0), 0
+
+    def get_seq_length(self) -> int:
+        """Columns seen so far (pads included), as `generate` expects when it resumes from a cache."""
+        return self.cumulative_length
+
+    def get_max_length(self) -> int:
+        """The most slots this layer will ever hold (sinks + the full ring); it allocates them only as needed."""
+        return self.group.policy.slots
+
+    def get_max_cache_shape(self) -> int:  # abstract in some transformers releases' CacheLayerMixin
+        return self.get_max_length()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "sink_keys"):
+                if (tensor := getattr(self, name)) is not None:
+                    setattr(self, name, tensor.index_select(0, indices.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "sink_keys"):
+                if (tensor := getattr(self, name)) is not None:
+                    setattr(self, name, tensor.repeat_interleave(repeats, dim=0))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError("A bounded cache forgets evicted tokens: it cannot be cropped or rolled back.")
+
+    def reset(self) -> None:
+        """Drop the buffers (like transformers' dynamic layers): the next forward allocates what it needs."""
+        self.keys = self.values = self.sink_keys = None
+        self.is_initialized = False
+        self.cumulative_length = 0

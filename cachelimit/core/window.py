@@ -1,0 +1,104 @@
+"""The first policy (`core.policy`): a sliding window with attention sinks (StreamingLLM).
+
+Each row keeps its first `S = num_sinks` real tokens plus its most recent `L - S` tokens, `L = limit`. Every new token
+reads them plus itself (transformers' `sliding_window = L + 1`). Placement in the ring follows `core.ring`; the plans
+are computed in `core.window_plan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from .plan import StepPlan
+from .ring import slot_columns, slot_of
+from .rows import RowState
+from .window_plan import general_step, reads_every_slot, steady_decode
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """Keep the first `num_sinks` real tokens of each row plus its most recent `limit - num_sinks` tokens.
+
+    `window_prefill` makes a multi-token forward (a chunked prefill) obey the window for every query; otherwise it
+    reads the whole kept past and all new tokens causally, and the cache is cut afterwards. `native_window` is a
+    model's own `sliding_window` (keys a query may see, itself included), applied on top.
+    """
+
+    limit: int
+    num_sinks: int = 0
+    window_prefill: bool = False
+    native_window: int | None = None
+
+    @property
+    def recent(self) -> int:
+        """Most recent positions kept besides the sinks."""
+        return self.limit - self.num_sinks
+
+    @property
+    def ring_size(self) -> int:
+        """`R`: ring slots once the window is full (the recent positions plus the slot the next token goes to)."""
+        return self.recent + 1
+
+    @property
+    def slots(self) -> int:
+        """The most slots a layer ever holds (sinks + full ring); a cap, never allocated up front."""
+        return self.num_sinks + self.ring_size
+
+    def with_window_prefill(self, window_prefill: bool) -> WindowPolicy:
+        return dataclasses.replace(self, window_prefill=window_prefill)
+
+    def new_rows(self, batch: int, device: torch.device) -> RowState:
+        return RowState.empty(batch, self.num_sinks, device)
+
+    def first_forward_is_causal(self, cursor: int, num_new: int) -> bool:
+        """Whether a multi-token forward reads exactly what plain causal attention over its own tokens reads: nothing
+        is cached yet, and no query is cut (a full-attention prefill never is; a windowed chunk is not while every
+        column is within the limit, where the window, with or without sinks, covers every earlier column)."""
+        return num_new > 1 and cursor == 0 and (not self.window_prefill or num_new <= self.limit + 1)
+
+    def plan(self, rows: RowState, new_real: torch.Tensor, *, model_mask: bool, rotates_sinks: bool) -> StepPlan:
+        """One forward's plan over `new_real.shape[1]` new tokens (bool, False for pads); advances `rows`.
+        `rotates_sinks`: the group has layers whose sink keys are moved (RoPE), so sinks get positions (and, in a
+        windowed multi-token forward, one copy per query). `model_mask`: the model masks this forward itself."""
+        all_real = bool(new_real.all())
+        if new_real.shape[1] == 1 and all_real and reads_every_slot(self, rows, rows.cursor):
+            return steady_decode(self, rows, rotates_sinks)
+        return general_step(self, rows, new_real, all_real, model_mask, rotates_sinks)
+
+    def key_order(self, plan: StepPlan) -> torch.Tensor:
+        """[queries, shown keys]: for each query of the step, which of the keys the layers returned is shown at each
+        position of the sequence-ordered attention map: `[the S sinks | the window, oldest first]` once the bound
+        has cut, every column seen so far (sink slots, masked duplicates then, are left out) before."""
+        sinks, ring, queries = self.num_sinks, self.ring_size, plan.num_new
+        device = plan.positions.device
+        if plan.decode:
+            window = torch.arange(plan.visible, device=device)
+            if plan.visible == ring:  # full ring: the oldest column sits in the slot after the newest
+                window = slot_of(window + plan.start + 1, ring)
+            window = sinks + window
+            oldest = plan.start + 1 - plan.visible
+        else:  # [sink copies | kept past, oldest first | new tokens]: the window part is in order already
+            past = plan.past_slots.numel()
+            window = sinks * plan.sink_copies + torch.arange(past + queries, device=device)
+            oldest = plan.start - past
+        order = window.expand(queries, -1)
+        if sinks and oldest > 0:
+            own_copy = plan.sink_copies == queries and queries > 1  # per-query sink copies (RoPE, windowed chunk)
+            copy = (
+                torch.arange(queries, device=device)
+                if own_copy
+                else torch.zeros(queries, dtype=torch.long, device=device)
+            )
+            order = torch.cat([copy[:, None] * sinks + torch.arange(sinks, device=device), order], dim=1)
+        return order
+
+    def kept_lengths(self, rows: RowState) -> torch.Tensor:
+        """[B] real positions each row keeps for the next token (sinks + recent window), at most `limit`."""
+        columns = slot_columns(rows.cursor - 1, rows.capacity, self.ring_size, rows.ring_real.device)
+        window_start = rows.cursor - self.recent
+        in_window = rows.ring_real & (columns >= window_start) & (columns >= 0)
+        sinks = ((rows.sink_column >= 0) & (rows.sink_column < window_start)).sum(1)
+        return in_window.sum(1) + sinks

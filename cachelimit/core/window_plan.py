@@ -1,0 +1,152 @@
+"""The step plans of the window-with-sinks policy (`core.window.WindowPolicy`): which slot each new token lands in,
+which kept keys each query reads, and where the sinks must be rotated to.
+
+Computed once per forward for every layer of a group. Placement and growth follow `core.ring`. A query at column `q`
+reads the real tokens among its window (the `L - S` columns before it, or, in a full-attention multi-token forward,
+the kept past and every new token before it), plus each row's first `S` real tokens (its sinks) once they have left
+that window, plus itself. Two paths:
+- `steady_decode`: a decode step that reads every slot it is given (a full ring of real tokens, the sinks outside
+  the window): a few integer updates; its all-true visibility is a view of one kept tensor, so it builds no mask;
+- `general_step`: everything else, with an explicit [B, queries, keys] visibility (or, for the first forward of a
+  run when nothing is cut, none at all: `StepPlan.model_mask`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .plan import StepPlan
+from .ring import grown_capacity, slot_columns, slot_of, written_slots
+from .rows import RowState
+
+if TYPE_CHECKING:
+    from .window import WindowPolicy
+
+
+def reads_every_slot(policy: WindowPolicy, rows: RowState, start: int) -> bool:
+    """Whether a real token decoded at column `start` reads every slot it is given: no pad among the ring slots
+    written so far (the last `written_slots` columns), and no sinks, or every sink has left the window (a sink still
+    inside it is read through the ring, its sink slot masked). Before the ring is full that holds for a batch without
+    pads and without sinks (a cap far above the length); after, for a full ring of real tokens."""
+    oldest = start + 1 - written_slots(start + 1, policy.ring_size)  # oldest column among the slots it reads
+    if rows.last_pad_column >= oldest:
+        return False
+    return policy.num_sinks == 0 or (rows.sinks_complete and rows.last_sink_column < start - policy.recent)
+
+
+def steady_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> StepPlan:
+    """A decode step that reads every slot (`reads_every_slot`): the slot, the capacity, the positions and the sink
+    shift; the all-true visibility (and its converted masks, `hf.masks`) are reused."""
+    start, ring, sinks = rows.cursor, policy.ring_size, policy.num_sinks
+    visible = written_slots(start + 1, ring)
+    capacity = grown_capacity(rows.capacity, visible, ring)
+    if capacity > rows.capacity:
+        grown = rows.ring_real.new_zeros(rows.batch, capacity)
+        grown[:, : rows.capacity] = rows.ring_real
+        rows.ring_real = grown
+    slot = slot_of(start, ring)
+    if start < ring or start - ring <= rows.last_pad_column:  # the slot was empty or held a pad until now
+        rows.ring_real[:, slot] = True
+    positions = rows.num_real[:, None]
+    shift = (positions - policy.limit).clamp(min=0).expand(-1, sinks) if sinks and rotates_sinks else None
+    rows.cursor += 1
+    rows.num_real = rows.num_real + 1
+    plan = StepPlan(start=start, num_new=1, decode=True, capacity=capacity, positions=positions, allowed=None)
+    plan.visible, plan.ring_slot, plan.sink_shift = visible, slot, shift
+    plan.allowed, plan.reads_every_key, plan.memo = rows.all_true(sinks + visible), True, rows.memo
+    return plan
+
+
+def general_step(
+    policy: WindowPolicy, rows: RowState, new_real: torch.Tensor, all_real: bool, model_mask: bool, rotates_sinks: bool
+) -> StepPlan:
+    """Plan any forward over `new_real.shape[1]` new tokens (bool, False for pads; `all_real`: none is), then
+    advance `rows`."""
+    batch, num_new = new_real.shape
+    device = new_real.device
+    sinks, recent, ring = policy.num_sinks, policy.recent, policy.ring_size
+    start = rows.cursor
+    decode = num_new == 1
+    columns = torch.arange(start, start + num_new, device=device)
+    real_index = rows.num_real[:, None] + new_real.long().cumsum(1) - 1  # [B, n]
+    windowed = decode or policy.window_prefill
+    # Oldest column a query reads outside the sinks: its own window, or (full-attention forward) the kept past.
+    lowest = columns - recent if windowed else torch.full_like(columns, start - recent)
+
+    plan = StepPlan(
+        start=start, num_new=num_new, decode=decode, capacity=0, positions=real_index.clamp(min=0), allowed=None
+    )
+    sink_column = rows.sink_column
+    if not rows.sinks_complete:
+        hits = new_real[:, :, None] & (real_index[:, :, None] == torch.arange(sinks, device=device))
+        plan.sink_fill, plan.sink_source = hits.any(1), hits.to(torch.uint8).argmax(1)
+        sink_column = torch.where(plan.sink_fill, start + plan.sink_source, sink_column)
+
+    plan.capacity = grown_capacity(rows.capacity, written_slots(start + num_new, ring), ring)
+    ring_real = torch.zeros(batch, plan.capacity, dtype=torch.bool, device=device)
+    ring_real[:, : rows.capacity] = rows.ring_real
+    if decode:
+        plan.ring_slot = slot_of(start, ring)
+        ring_real[:, plan.ring_slot] = new_real[:, 0]
+        plan.visible = written_slots(start + 1, ring)  # a decode step reads only the slots written so far
+        key_column = slot_columns(start, plan.visible, ring, device)
+        key_real = ring_real[:, : plan.visible]
+    else:
+        past_columns = torch.arange(max(0, start - recent), start, device=device)
+        plan.past_slots = slot_of(past_columns, ring)
+        key_column = torch.cat([past_columns, columns])
+        key_real = torch.cat([rows.ring_real[:, plan.past_slots], new_real], dim=1)
+        kept = min(num_new, ring)
+        plan.ring_source = torch.arange(num_new - kept, num_new, device=device)
+        plan.ring_target = slot_of(start + plan.ring_source, ring)
+        ring_real[:, plan.ring_target] = new_real[:, plan.ring_source]
+
+    if model_mask:  # nothing cached, nothing cut: the new tokens attend to each other as the model's own mask says
+        plan.model_mask, plan.sink_copies = True, 0
+        return _advance(rows, new_real, all_real, sink_column, ring_real, plan)
+    query = columns[:, None]
+    allowed = key_real[:, None, :] & (key_column <= query) & (key_column >= lowest[:, None])
+    if policy.native_window is not None:
+        allowed &= key_column > query - policy.native_window
+    # A pad query reads what a real one would, without itself (as transformers' padding mask has it: after right
+    # padding, the last pad's output gives the first new token); only a query with nothing to read reads itself,
+    # which keeps it finite.
+    allowed |= (key_column == query) & (new_real[:, :, None] | ~allowed.any(-1, keepdim=True))
+
+    if sinks:
+        # Per-query sink copies: with RoPE sinks a windowed multi-token forward (a prefill chunk) has queries at
+        # different positions, and each sees sink j at its own StreamingLLM position j + max(0, p - L), so each query
+        # gets its own copy of the S sinks, rotated for it, and reads only that copy. One full-attention forward reads
+        # one copy, placed for its first query (StreamingLLM reads a prompt at once from the cache it finds).
+        per_query = rotates_sinks and windowed and not decode
+        plan.sink_copies = num_new if per_query else 1
+        copy_column = sink_column.repeat(1, plan.sink_copies)[:, None, :]  # [B, 1, copies * S], query-major
+        sink_allowed = (copy_column >= 0) & (copy_column < lowest[None, :, None])
+        if per_query:
+            owner = torch.arange(num_new, device=device).repeat_interleave(sinks)
+            sink_allowed &= owner[None, None, :] == torch.arange(num_new, device=device)[None, :, None]
+        allowed = torch.cat([sink_allowed, allowed], dim=-1)
+        if rotates_sinks:
+            # StreamingLLM places sink j at cache position j; keys keep their absolute positions, so a sink seen from
+            # a query at position p must sit at j + max(0, p - L) for the distances to match.
+            first = plan.positions if windowed else rows.num_real[:, None]
+            shift = (first - policy.limit).clamp(min=0)
+            plan.sink_shift = shift.repeat_interleave(sinks, dim=1) if per_query else shift.expand(batch, sinks)
+    plan.allowed = allowed
+    return _advance(rows, new_real, all_real, sink_column, ring_real, plan)
+
+
+def _advance(rows: RowState, new_real, all_real: bool, sink_column, ring_real, plan: StepPlan) -> StepPlan:
+    """Move `rows` past the planned forward; returns `plan`."""
+    rows.cursor += plan.num_new
+    rows.num_real = rows.num_real + new_real.sum(1)
+    rows.sink_column, rows.ring_real = sink_column, ring_real
+    if not all_real:
+        rows.last_pad_column = plan.start + int((~new_real).any(0).nonzero().max())
+    if not rows.sinks_complete:
+        rows.sinks_complete = bool((sink_column >= 0).all())
+        if rows.sinks_complete:
+            rows.last_sink_column = int(sink_column.max()) if sink_column.shape[1] else -1
+    return plan

@@ -1,0 +1,241 @@
+"""Every difference between the transformers releases cachelimit supports, in one place.
+
+cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
+CI matrix runs green (setup.py declares the same). The releases differ in a few small ways that matter to it; each is one constant or function here, named after what it does and commented with
+the release it belongs to, so the rest of the code never compares versions and a new release is handled by
+adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
+
+Where a difference can be bridged it is (a name, a missing method); where it cannot (a feature an old
+release lacks), the feature is refused with an error that names the release it needs (`require`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any
+
+import torch
+import transformers
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from transformers import GenerationConfig
+from transformers.cache_utils import CacheLayerMixin
+
+#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
+OLDEST_SUPPORTED = "4.57.6"
+FIRST_UNSUPPORTED = "5.25"
+#: Release series inside that span that are left out, each for a bug of its own generate (measured: README
+#: "Versions and compatibility"): 5.0.0 refuses `prefill_chunk_size` unless the caller made the cache; 5.2.0's
+#: chunked prefill gives every chunk the prompt's last positions (5.3.0 slices them); 5.1.x, between the two,
+#: was not measured.
+EXCLUDED_SERIES = ("5.0", "5.1", "5.2")
+SUPPORTED_RANGE = ",".join(
+    [f">={OLDEST_SUPPORTED}", *(f"!={series}.*" for series in EXCLUDED_SERIES), f"<{FIRST_UNSUPPORTED}"]
+)
+
+#: The transformers this process runs (its release, without local or dev suffixes).
+TRANSFORMERS = Version(Version(transformers.__version__).base_version)
+
+
+def at_least(release: str) -> bool:
+    """Whether the installed transformers is `release` or newer."""
+    return release_at_least(TRANSFORMERS, release)
+
+
+def release_at_least(installed: Version, release: str) -> bool:
+    return installed >= Version(release)
+
+
+def is_supported(installed: Version = TRANSFORMERS) -> bool:
+    return SpecifierSet(SUPPORTED_RANGE).contains(installed)
+
+
+def check_supported(installed: Version = TRANSFORMERS) -> None:
+    """Warn (not fail) when transformers is outside the tested range; see README "Versions" for why."""
+    if not is_supported(installed):
+        warnings.warn(
+            f"cachelimit is tested with transformers {SUPPORTED_RANGE}, but transformers {installed} is installed; "
+            f"bounded generation may fail or differ. Install a supported release "
+            f'(pip install "transformers{SUPPORTED_RANGE}") or check this one with `python tools/leg.py {installed}`.',
+            UserWarning,
+            stacklevel=2,
+        )
+
+
+def require(feature: str, release: str) -> None:
+    """Refuse (ValueError, before any token) a feature the installed transformers lacks, naming the release
+    that brought it."""
+    if not at_least(release):
+        raise ValueError(
+            f"{feature} needs transformers >= {release}, but transformers {TRANSFORMERS} is installed "
+            f'(pip install "transformers{SUPPORTED_RANGE},>={release}").'
+        )
+
+
+# --- 5.24.0: `past_key_values` is renamed `cache` (generate, prepare_inputs_for_generation, forward, outputs).
+# The old name is still accepted by 5.24's `generate` (with a FutureWarning); outputs keep a
+# `past_key_values` property. Users may pass either name; cachelimit hands the cache on under the release's.
+CACHE_ARGUMENT = "cache" if at_least("5.24.0") else "past_key_values"
+_CACHE_NAMES = ("cache", "past_key_values")
+
+
+def passed_cache(kwargs: dict[str, Any]):
+    """The cache a `generate`/`prepare_inputs_for_generation` call was given, under either name (or None)."""
+    for name in (CACHE_ARGUMENT, "past_key_values"):
+        if kwargs.get(name) is not None:
+            return kwargs[name]
+    return None
+
+
+def with_cache(kwargs: dict[str, Any], cache) -> dict[str, Any]:
+    """`kwargs` with `cache` under the installed release's argument name (any other spelling removed)."""
+    kwargs = {key: value for key, value in kwargs.items() if key not in _CACHE_NAMES}
+    kwargs[CACHE_ARGUMENT] = cache
+    return kwargs
+
+
+def output_cache(output):
+    """The cache a `generate`/forward output returns (`.cache` from 5.24.0 on, `.past_key_values` before)."""
+    return getattr(output, CACHE_ARGUMENT, None)
+
+
+# --- 5.0.0: RoPE settings live in one config field, `rope_parameters` (theta included); 4.x spread them over
+# `rope_theta` and `rope_scaling`.
+def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
+    """Config keyword arguments that give a RoPE model `rope_parameters` (5.x spelling) on this release."""
+    if at_least("5.0.0"):
+        return {"rope_parameters": dict(rope_parameters)}
+    scaling = {key: value for key, value in rope_parameters.items() if key != "rope_theta"}
+    config = {"rope_scaling": scaling if scaling.get("rope_type", "default") != "default" else None}
+    if "rope_theta" in rope_parameters:
+        config["rope_theta"] = rope_parameters["rope_theta"]
+    return config
+
+
+def uses_rope(config) -> bool:
+    """Whether a model's config sets RoPE (5.x: `rope_parameters`; 4.x: `rope_theta`)."""
+    return getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
+
+
+# --- 5.2.0: generate keeps `position_ids` among its model kwargs and advances them every step (a user's too);
+# before, `prepare_inputs_for_generation` derived them from the mask at each step, with pads at position 1, and
+# passed a user's unchanged (so after the prompt every step reused its last column).
+GENERATE_ADVANCES_POSITION_IDS = "5.2.0"
+#: The position transformers gives a pad when its prepare step derives positions from the mask (None: it does not).
+MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
+
+
+# --- 5.0.0: Gemma 3 keeps its sliding layers' RoPE in one rotary module with the full layers' (it takes a
+# `layer_type`); 4.x has a second module, `rotary_emb_local`, that nothing maps to its layers generically.
+def has_separate_local_rotary(model: torch.nn.Module) -> bool:
+    """Whether the model keeps a second rotary module for its sliding layers (4.x Gemma 3): attention sinks,
+    which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
+    return getattr(decoder_body(model), "rotary_emb_local", None) is not None
+
+
+# --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a
+# `decoder` or `model` attribute and returned the LM itself when it had neither (GPT-2: `transformer`), while
+# 4.x Gemma3ForCausalLM's `base_model` is the LM itself (its prefix names an attribute it lacks).
+def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
+    """The module that holds the decoder layers and the rotary embedding, and that every forward of a
+    generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
+    through the LM's `forward`, past the LM's own hooks)."""
+    decoder = model.get_decoder()
+    return model.base_model if decoder is model else decoder
+
+
+# --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
+# `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
+# decoding step. Both give the same tokens; tests that count forwards need to know.
+CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
+
+
+# --- 5.0.0: 4.x's chunked prefill also passes `position_ids = cache_position[None]`, counted from 0 on every row
+# whatever its left padding (5.0.0 leaves them out, so positions come from the attention mask).
+CHUNKED_PREFILL_IGNORES_PADDING = not at_least("5.0.0")
+
+
+def chunk_positions_ignore_padding(position_ids: torch.Tensor | None, cache_position: torch.Tensor | None) -> bool:
+    """Whether `position_ids` are the padding-blind ones a 4.x chunked prefill passes (a bounded run then uses
+    the positions it computes from the mask, as every 5.x release and the non-chunked path do)."""
+    if (
+        not CHUNKED_PREFILL_IGNORES_PADDING
+        or position_ids is None
+        or cache_position is None
+        or position_ids.dim() != 2
+    ):
+        return False
+    if position_ids.shape[-1] != cache_position.shape[-1]:
+        return False
+    return bool((position_ids == cache_position.to(position_ids.device)[None]).all())
+
+
+# --- 5.0.0: `GenerationConfig.update(..., defaults_only=True)` fills only the fields a config leaves unset (None);
+# 4.x had no such flag (its update overwrote every field) and `generate` filled, from the model's defaults, the
+# fields a passed config left at the library default.
+def fill_generation_defaults(config: GenerationConfig, defaults: dict[str, Any]) -> None:
+    """Complete a passed generation config with the model's defaults the way the installed `generate` does."""
+    if at_least("5.0.0"):
+        config.update(**defaults, defaults_only=True)
+        return
+    library = GenerationConfig()
+    for key, value in defaults.items():
+        if hasattr(config, key) and getattr(config, key) == getattr(library, key, None):
+            setattr(config, key, value)
+
+
+# --- 5.4.0: the mask builders (`masking_utils.sdpa_mask`, `eager_mask`) take `q_length` (and `q_offset`) where
+# earlier releases took `cache_position`, the tensor of the queries' columns.
+def query_arguments(queries: int, device: torch.device) -> dict[str, Any]:
+    """The keyword arguments that tell a mask builder there are `queries` queries, starting at column 0."""
+    if at_least("5.4.0"):
+        return {"q_length": queries}
+    return {"cache_position": torch.arange(queries, device=device)}
+
+
+# --- 5.4.0: likewise a cache layer's `get_mask_sizes` gets the number of queries (before: `cache_position`).
+def query_length(argument: int | torch.Tensor) -> int:
+    """The number of queries from what `get_mask_sizes` was given, on any release."""
+    return argument.shape[0] if isinstance(argument, torch.Tensor) else int(argument)
+
+
+# --- <= 5.12.1 (and 4.57.6): `CacheLayerMixin.get_max_cache_shape` is abstract (later releases dropped it).
+class CacheLayer(CacheLayerMixin):
+    """`CacheLayerMixin` with the methods some releases declare abstract: the benchmark's ideal layer derives from it
+    (the core's `BoundedLayer` defines the method itself, since the core imports nothing of the integration)."""
+
+    def get_max_cache_shape(self) -> int:
+        return self.get_max_length()
+
+
+# --- 5.21.0: transformers' `QuantizedCache` gains the `fp8` backend (before: "Unknown quantization backend fp8").
+FP8_QUANTIZED_CACHE = "5.21.0"
+
+# --- 5.21.0: a chunked prefill starts after what the given cache already holds; before, it re-read the prompt
+# from column 0, so a returned cache cannot be continued with `prefill_chunk_size` (refused, naming 5.21.0).
+CHUNKED_PREFILL_AFTER_A_CACHE = "5.21.0"
+
+# --- 5.23.0: `generate`'s repetition penalty skips each row's left padding (`prompt_ignore_length` per row);
+# before, pad tokens in the prompt counted as seen tokens and were penalised too.
+REPETITION_PENALTY_SKIPS_LEFT_PADDING = at_least("5.23.0")
+
+
+# --- 5.0.0: configs are dataclasses; 4.x configs declare their settings as `__init__` keyword arguments.
+def config_fields(config_class: type) -> set[str]:
+    """The settings a config class declares. 5.x configs are dataclasses (their fields); 4.x configs take them
+    as `__init__` keyword arguments. Both, plus the class's `attribute_map` aliases."""
+    fields = set(getattr(config_class, "__dataclass_fields__", ()))
+    fields |= set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
+    return fields | set(config_class.attribute_map)
+
+
+# --- 5.6.0: 5.3.0 to 5.5.x read a GGUF Llama's tokenizer as a CodeLlamaTokenizer, and SmolLM2 loaded that way
+# continues "The capital of France is" with " a country in" (4.57.6 and 5.6.0 on: " Paris."). Measured on 5.3.0,
+# 5.4.0, 5.5.0 (wrong) and 5.6.0, 5.7.0, 5.8.0, 5.11.0 (right).
+GGUF_LLAMA_MISREAD = ("5.3.0", "5.6.0")
+
+
+def gguf_llama_misread(installed: Version = TRANSFORMERS) -> bool:
+    """Whether this transformers loads a GGUF Llama wrongly (the real model `smollm2` is refused there)."""
+    return Version(GGUF_LLAMA_MISREAD[0]) <= installed < Version(GGUF_LLAMA_MISREAD[1])

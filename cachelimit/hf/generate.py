@@ -1,0 +1,101 @@
+"""The `generate` installed on patched classes: find out whether a call is a bounded run, validate it, then hand it
+to transformers.
+
+A call is bounded when it says so: `cache_limit`/`num_sink_tokens` as keyword arguments, as fields of the
+`generation_config` it passes or of the model's own `generation_config` (`hf.generation_config`), through
+`set_cache_implementation` (`hf.cache_setting`), or by passing a `BoundedCache` (continuing a bounded run). The
+arguments become one `BoundedRequest`, every check runs before any token is generated (`hf.run_checks`,
+`hf.continuation`), and the run itself is transformers' own `generate` with a `BoundedCache` as its cache (the
+patched `prepare_inputs_for_generation`, `hf.prepare`, recognises that cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+from collections.abc import Iterator
+
+from ..core.cache import BoundedCache
+from .attention_maps import attentions_in_sequence_order
+from .cache_setting import setting_of
+from .compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
+from .continuation import given_cache
+from .generation_config import requested_window, resolved_config
+from .installed import family_of, original_attribute
+from .layout import bounded_cache_for, model_request, rotary_finder
+from .prepare import prepare_calling
+from .request import BoundedRequest
+from .run_checks import Run, check_assistant, check_run
+
+
+def bounded_cache(
+    model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source: str = ""
+) -> BoundedCache:
+    """Validate a bounded run (raising before any token on anything it cannot do); return the cache it will use."""
+    config = resolved_config(model, generation_config, kwargs)
+    window_prefill = config.prefill_chunk_size is not None
+    request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill, source=source)
+    request = model_request(model, request)
+    family = family_of(model)
+    tokens = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+    check_run(Run(model, family, request, config, kwargs, tokens, kwargs.get("attention_mask")))
+    cache, rotary = passed_cache(kwargs), rotary_finder(family)
+    if cache is None:
+        return bounded_cache_for(model, request, rotary)
+    cache = given_cache(model, cache, request, rotary, None if tokens is None else tokens.shape[1])
+    if window_prefill and cache.cursor is not None:
+        require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
+    cache.set_window_prefill(window_prefill)
+    return cache
+
+
+_RUNS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def methods_pinned_for_the_run(model) -> Iterator[None]:
+    """While a bounded run goes on, `model` itself holds the patched `prepare_inputs_for_generation` (bound to the
+    original it wraps), so an `unpatch()` from another thread, or from a callback inside the run, does not change the
+    method under the run: it finishes as it started. The last run of the model to end removes it again."""
+    original = original_attribute(type(model), "prepare_inputs_for_generation")
+    with _RUNS_LOCK:
+        runs = vars(model).get("_cachelimit_runs", 0)
+        if runs == 0:
+            vars(model)["prepare_inputs_for_generation"] = types.MethodType(prepare_calling(original), model)
+        vars(model)["_cachelimit_runs"] = runs + 1
+    try:
+        yield
+    finally:
+        with _RUNS_LOCK:
+            vars(model)["_cachelimit_runs"] -= 1
+            if not vars(model)["_cachelimit_runs"]:
+                del vars(model)["_cachelimit_runs"], vars(model)["prepare_inputs_for_generation"]
+
+
+def generate(self, inputs=None, generation_config=None, *args, cache_limit=None, num_sink_tokens=None, **kwargs):
+    """transformers' `generate`, plus `cache_limit=L` (keep at most L cached positions) and
+    `num_sink_tokens=S` (of which the first S real tokens of each row). Without them: unchanged."""
+    setting = setting_of(self)
+    cache_limit, num_sink_tokens, source = requested_window(
+        self, generation_config, cache_limit, num_sink_tokens, setting is not None
+    )
+    check_assistant(None, kwargs)
+    if setting is not None:
+        inputs, generation_config, cache_limit, num_sink_tokens, kwargs = setting.apply(
+            self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
+        )
+    given = passed_cache(kwargs)
+    if cache_limit is None and num_sink_tokens is None and isinstance(given, BoundedCache):
+        cache_limit, num_sink_tokens = given.policy.limit, given.policy.num_sinks  # continuing a bounded run
+        source = "past_key_values"
+    original = original_attribute(type(self), "generate")
+    if cache_limit is None and num_sink_tokens is None:
+        return original(self, inputs, generation_config, *args, **kwargs)
+    check_assistant(generation_config, {})
+    cache = bounded_cache(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source)
+    kwargs = with_cache(kwargs, cache)
+    # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
+    # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
+    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache):  # maps in sequence order
+        return original(self, inputs, generation_config, *args, **kwargs)
