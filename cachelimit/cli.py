@@ -18,13 +18,13 @@ import importlib
 import importlib.util
 import os
 import pkgutil
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 from . import __version__
 from .cli_errors import CliError
+from .cli_types import MAX_SEED, int_in_range, token_count
 from .loading import LoadError, resolve_source
 from .policy import MAX_CACHE_LIMIT
 from .utils.validation import check_window
@@ -33,7 +33,6 @@ DTYPES = ("float32", "bfloat16")
 #: the generate arguments' names as this command line spells them (for the shared validator's messages)
 FLAGS = {"cache_limit": "--cache-limit", "num_sink_tokens": "--sinks"}
 DEMO_SINKS = 4
-MAX_SEED = 2**64 - 1  # torch.manual_seed takes a 64-bit seed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,42 +51,11 @@ def family_names() -> list[str]:
     return sorted(module.name for module in pkgutil.iter_modules(locations or []) if not module.name.startswith("_"))
 
 
-#: an integer flag's text: ASCII digits, with a leading "-" read only so that a negative value gets the range error
-_PLAIN_INT = re.compile(r"-?[0-9]+")
-_MAX_DIGITS = 30  # more significant digits than any maximum here has (2^64 has 20): out of range, never converted
-
-
-def int_in_range(minimum: int, maximum: int):
-    """An argparse type: an int in [minimum, maximum] written in plain ASCII digits, with the range in the error.
-
-    Python's `int()` also reads " 5", "1_000", "+5" and other scripts' digits ("٥"); a flag takes none of them
-    (a value that a script or a copy-paste carried in unseen is refused, not guessed)."""
-    allowed = f"an int in [{minimum}, {maximum}]"
-
-    def parse(text: str) -> int:
-        if not _PLAIN_INT.fullmatch(text):
-            shown = ascii(text) if len(text) <= 40 else f"{ascii(text[:40])}... ({len(text)} characters)"
-            raise argparse.ArgumentTypeError(f"must be {allowed} written in ASCII digits 0-9, got {shown}")
-        digits = len(text.lstrip("-").lstrip("0"))
-        if digits > _MAX_DIGITS:
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got a {digits}-digit number")
-        value = int(text)
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
-        return value
-
-    return parse
-
-
-#: counts of tokens: a count and a prompt length are summed in torch's int64, so stop where `cache_limit` does
-count = int_in_range(1, MAX_CACHE_LIMIT)
-
-
 def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | None) -> None:
     unbounded = "unbounded, for comparison" if default_limit is None else str(default_limit)
     parser.add_argument(
         "--cache-limit",
-        type=count,
+        type=token_count,
         default=default_limit,
         metavar="L",
         help=f"keep at most L cached positions per layer (default: {unbounded})",
@@ -170,11 +138,11 @@ def build_parser() -> _Parser:
     text = generate.add_mutually_exclusive_group()
     text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
     text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
-    generate.add_argument("--max-new-tokens", type=count, default=200, metavar="N", help="(default: 200)")
+    generate.add_argument("--max-new-tokens", type=token_count, default=200, metavar="N", help="(default: 200)")
     add_window_arguments(generate, default_limit=None)
     generate.add_argument(
         "--prefill-chunk-size",
-        type=count,
+        type=token_count,
         metavar="C",
         help="read the prompt C tokens at a time (with --cache-limit every prompt token obeys the window)",
     )
@@ -195,7 +163,7 @@ def build_parser() -> _Parser:
         "by side and plot it against the generated tokens.",
     )
     demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
-    demo.add_argument("--tokens", type=count, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
+    demo.add_argument("--tokens", type=token_count, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
