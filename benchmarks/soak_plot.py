@@ -6,6 +6,7 @@ from pathlib import Path
 
 
 def plot(result: dict, path: Path) -> None:
+    """Three panels against the generated tokens: KV bytes, memory (RSS, C heap in use), ms per token."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -33,7 +34,11 @@ def plot(result: dict, path: Path) -> None:
         axis.set_ylabel(label)
         axis.set_ylim(bottom=0, top=max(max(values) for values in lines.values()) * 1.15)
         axis.grid(alpha=0.3)
-        axis.legend(loc="lower right")
+        axis.legend(loc="lower left", fontsize=8)
+    load = axes[2].twinx()  # the machine's other work, which the means and the whole step carry
+    load.plot(tokens, column("load_average"), color="grey", linestyle=":", linewidth=1)
+    load.set_ylabel("1-minute load average (dotted)", color="grey")
+    load.set_ylim(bottom=0)
     settings = result["settings"]
     title = f"soak: {settings['tokens']:,} tokens, tiny Llama, cache_limit={settings['cache_limit']}, "
     figure.suptitle(title + f"{settings['sinks']} sinks, greedy, {settings['threads']} thread(s)", fontsize=10)
