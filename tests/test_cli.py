@@ -58,23 +58,24 @@ class TestHelp(unittest.TestCase):
             self.assertIn(fragment, result.stdout)
 
 
+COUNTS = f"[1, {2**62}]"  # README: every count of tokens or positions stops at 2^62
 BAD_FLAGS = [
-    ("limit_zero", ["generate", "--cache-limit", "0"], "argument --cache-limit: must be an int >= 1, got 0"),
-    ("limit_negative", ["generate", "--cache-limit", "-3"], "argument --cache-limit: must be an int >= 1, got -3"),
-    ("limit_text", ["generate", "--cache-limit", "abc"], "argument --cache-limit: must be an int >= 1, got 'abc'"),
+    ("limit_zero", ["generate", "--cache-limit", "0"], f"argument --cache-limit: must be an int in {COUNTS}, got 0"),
+    ("limit_negative", ["generate", "--cache-limit", "-3"], f"argument --cache-limit: must be an int in {COUNTS}, got -3"),
+    ("limit_text", ["generate", "--cache-limit", "abc"], f"argument --cache-limit: must be an int in {COUNTS} written in ASCII digits 0-9, got 'abc'"),
     ("sinks_at_limit", ["generate", "--cache-limit", "4", "--sinks", "4"], "--sinks: must be an int in [0, 3]"),
-    ("sinks_negative", ["generate", "--cache-limit", "4", "--sinks", "-1"], "--sinks: must be an int >= 0"),
+    ("sinks_negative", ["generate", "--cache-limit", "4", "--sinks", "-1"], f"--sinks: must be an int in [0, {2**62 - 1}], got -1"),
     ("sinks_unbounded", ["generate", "--sinks", "2"], "--sinks: needs --cache-limit"),
     ("dtype", ["generate", "--dtype", "bogus"], "argument --dtype: invalid choice: 'bogus'"),
-    ("new_tokens", ["generate", "--max-new-tokens", "0"], "argument --max-new-tokens: must be an int >= 1"),
-    ("chunk", ["generate", "--prefill-chunk-size", "x"], "argument --prefill-chunk-size: must be an int >= 1"),
+    ("new_tokens", ["generate", "--max-new-tokens", "0"], f"argument --max-new-tokens: must be an int in {COUNTS}, got 0"),
+    ("chunk", ["generate", "--prefill-chunk-size", "x"], f"argument --prefill-chunk-size: must be an int in {COUNTS}"),
     ("empty_prompt", ["generate", "--prompt", ""], "argument --prompt: must not be empty"),
     ("sample_and_greedy", ["generate", "--sample", "--greedy"], "not allowed with argument"),
-    ("demo_tokens", ["demo", "--tokens", "0"], "argument --tokens: must be an int >= 1"),
+    ("demo_tokens", ["demo", "--tokens", "0"], f"argument --tokens: must be an int in {COUNTS}, got 0"),
     ("demo_sinks", ["demo", "--cache-limit", "8", "--sinks", "9"], "--sinks: must be an int in [0, 7]"),
     ("no_command", [], "required: COMMAND"),
     ("unknown_command", ["serve"], "invalid choice: 'serve'"),
-]
+]  # fmt: skip
 
 
 class TestBadFlags(FailureMixin, unittest.TestCase):

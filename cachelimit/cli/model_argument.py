@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..families.table import FAMILIES
-from .pretrained import PRETRAINED, MissingModelError, load_pretrained
+from .pretrained import PRETRAINED, CacheDirError, MissingModelError, load_pretrained
 
 if TYPE_CHECKING:  # the command line imports this module to check paths, before torch is needed
     import torch
@@ -99,6 +99,8 @@ def _load_named(name: str, dtype: torch.dtype):
         model, tokenizer = load_pretrained(name, dtype)
     except MissingModelError as error:
         raise LoadError(str(error)) from None
+    except CacheDirError as error:  # found before the conversion: the message says which directory and what to do
+        raise LoadError(f"could not load {name!r}: {error}") from None
     except Exception as error:
         raise load_error(name, True, error) from None
     return model, tokenizer, model.config.model_type

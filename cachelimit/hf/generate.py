@@ -15,6 +15,7 @@ import contextlib
 import threading
 import types
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from ..core.cache import BoundedCache
 from .attention_maps import attentions_in_sequence_order
@@ -53,24 +54,38 @@ def bounded_cache(
 _RUNS_LOCK = threading.Lock()
 
 
+@dataclass
+class _Pin:
+    """The bounded runs going on on one model instance, and whether the pinned method is cachelimit's to remove."""
+
+    runs: int
+    ours: bool
+
+
 @contextlib.contextmanager
 def methods_pinned_for_the_run(model) -> Iterator[None]:
     """While a bounded run goes on, `model` itself holds the patched `prepare_inputs_for_generation` (bound to the
     original it wraps), so an `unpatch()` from another thread, or from a callback inside the run, does not change the
-    method under the run: it finishes as it started. The last run of the model to end removes it again."""
+    method under the run: it finishes as it started. The last run of the model to end removes it again. A method the
+    caller has set on the instance itself (a wrapper of their own) is theirs: it is left as it is."""
     original = original_attribute(type(model), "prepare_inputs_for_generation")
     with _RUNS_LOCK:
-        runs = vars(model).get("_cachelimit_runs", 0)
-        if runs == 0:
-            vars(model)["prepare_inputs_for_generation"] = types.MethodType(prepare_calling(original), model)
-        vars(model)["_cachelimit_runs"] = runs + 1
+        pin = vars(model).get("_cachelimit_pin")
+        if pin is None:
+            pin = _Pin(0, "prepare_inputs_for_generation" not in vars(model))
+            if pin.ours:
+                vars(model)["prepare_inputs_for_generation"] = types.MethodType(prepare_calling(original), model)
+            vars(model)["_cachelimit_pin"] = pin
+        pin.runs += 1
     try:
         yield
     finally:
         with _RUNS_LOCK:
-            vars(model)["_cachelimit_runs"] -= 1
-            if not vars(model)["_cachelimit_runs"]:
-                del vars(model)["_cachelimit_runs"], vars(model)["prepare_inputs_for_generation"]
+            pin.runs -= 1
+            if not pin.runs:
+                del vars(model)["_cachelimit_pin"]
+                if pin.ours:
+                    del vars(model)["prepare_inputs_for_generation"]
 
 
 def generate(self, inputs=None, generation_config=None, *args, cache_limit=None, num_sink_tokens=None, **kwargs):

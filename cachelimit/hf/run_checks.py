@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ..core.policy import MAX_CACHE_LIMIT
 from .cache_setting import setting_of
 from .compat import CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN, GENERATE_ADVANCES_POSITION_IDS, require
 from .generation_config import config_window
@@ -55,7 +56,7 @@ def assisted_decoding(run: Run) -> None:
 def prefill_chunking(run: Run) -> None:
     if run.config.prefill_chunk_size is None:
         return
-    check_int("prefill_chunk_size", run.config.prefill_chunk_size, 1)
+    check_int("prefill_chunk_size", run.config.prefill_chunk_size, 1, MAX_CACHE_LIMIT)  # beyond: int64 overflows
     ids = run.kwargs.get("input_ids") if run.tokens is None or run.tokens.dim() != 2 else run.tokens
     width = getattr(ids, "shape", (0, 0))[-1]
     if width == 1 and CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN:  # 4.x chunks the prompt but its last token
