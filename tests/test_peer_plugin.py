@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -111,6 +113,66 @@ class NamedListsTest(unittest.TestCase):
             common = (SUITE / "tests").glob("*.py")
             for name in tests:
                 self.assertTrue(name in text or any(name in path.read_text() for path in common), name)
+
+
+FAKE_FILE = """
+import unittest
+
+class FakeModelTest(unittest.TestCase):
+    def test_plain(self):
+        pass
+
+    def test_returns_a_function(self):
+        return lambda: None
+
+    def test_prompt_lookup_decoding_matches_greedy_search(self):
+        return lambda: None
+
+    def test_listed(self):
+        raise AssertionError("the snapshot's own failure")
+
+    def test_listed_passes(self):
+        pass
+
+    def test_greedy_generate_dict_outputs_use_cache(self):
+        pass
+"""
+FAKE_CONFTEST = """
+import peer_reasons
+
+peer_reasons.BASELINE["llama"] = {"test_listed": "fails unpatched", "test_listed_passes": "stale entry"}
+"""
+
+
+class PluginRunTest(unittest.TestCase):
+    """The plugin in a real pytest run of a fake model file: what each list does to a test's outcome."""
+
+    def outcomes(self, mode):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            (root / "conftest.py").write_text(FAKE_CONFTEST)
+            fake_suite(root, ["llama"])
+            (root / plan.suite_file("llama")).write_text(FAKE_FILE)
+            path = os.pathsep.join([str(EXTERNAL), str(REPO)])
+            env = {**os.environ, "PYTHONPATH": path, "CACHELIMIT_PEER_MODE": mode, "HF_HUB_OFFLINE": "1"}
+            command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-p", "no:xdist"]
+            command += ["-q", f"--junitxml={root / 'out.xml'}", plan.suite_file("llama")]
+            subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=300)
+            found = runner.outcomes(root / "out.xml")
+        return {test.split("::")[-1]: outcome for test, outcome in found.items()}
+
+    def test_each_list_marks_what_it_names(self):
+        expected = {
+            "test_plain": "passed",
+            "test_returns_a_function": "failed",  # checked nothing: never a pass
+            "test_prompt_lookup_decoding_matches_greedy_search": "xfailed",  # VACUOUS
+            "test_listed": "xfailed",  # BASELINE
+            "test_listed_passes": "failed",  # BASELINE entry that passes: XPASS(strict)
+            "test_greedy_generate_dict_outputs_use_cache": "passed",  # SKIPS: limit mode only
+        }
+        self.assertEqual(self.outcomes("unpatched"), expected)
+        expected["test_greedy_generate_dict_outputs_use_cache"] = "skipped"
+        self.assertEqual(self.outcomes("limit"), expected)
 
 
 class DiscoveryTest(unittest.TestCase):

@@ -12,7 +12,9 @@ Loaded with `-p peer_plugin` by `run_peer_suite.py`; the mode comes from `CACHEL
   combinations are documented refusals, tested in cachelimit's own suite.
 
 In `limit` mode the tests in `peer_reasons.SKIPS` are skipped by name, each with its reason; in every mode the
-tests in `peer_reasons.BASELINE` (the suite's own failures on the installed release) are strict expected failures.
+tests in `peer_reasons.BASELINE` (the suite's own failures on the installed release) and `peer_reasons.VACUOUS`
+(tests that would pass without running) are strict expected failures. A test method that returns a value fails:
+unittest only warns, and such a "pass" has checked nothing.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import functools
 import os
 
 import pytest
-from peer_reasons import BASELINE, SKIPS, match
+from peer_reasons import BASELINE, SKIPS, VACUOUS, match
 
 MODE = os.environ.get("CACHELIMIT_PEER_MODE", "unpatched")
 LIMIT = int(os.environ.get("CACHELIMIT_PEER_LIMIT", "4096"))
+#: what unittest warns when a test method returns a value (its body may never have run); made an error below
+RETURNS_A_VALUE = "It is deprecated to return a value that is not None from a test case"
 _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
 
 
@@ -57,6 +61,7 @@ def _with_default_limit(generate):
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line("filterwarnings", f"error:{RETURNS_A_VALUE}:DeprecationWarning")
     if MODE == "unpatched":
         return
     if MODE not in ("patched", "limit"):
@@ -86,6 +91,9 @@ def pytest_collection_modifyitems(config, items) -> None:
         reason = baseline_reason(item.path.parent.name, name)
         if reason is not None:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"cachelimit peer suite, baseline: {reason}"))
+        if name in VACUOUS:
+            reason = f"cachelimit peer suite, checks nothing on this release: {VACUOUS[name]}"
+            item.add_marker(pytest.mark.xfail(strict=True, raises=DeprecationWarning, reason=reason))
         reason = skip_reason(name) if MODE == "limit" else None
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"cachelimit peer suite, cache_limit={LIMIT}: {reason}"))
