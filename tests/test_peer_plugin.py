@@ -81,6 +81,7 @@ class DefaultLimitTest(unittest.TestCase):
 class NamedListsTest(unittest.TestCase):
     def entries(self):
         yield from reasons.SKIPS.items()
+        yield from reasons.VACUOUS.items()
         for family, tests in reasons.BASELINE.items():
             yield from ((f"{family}::{name}", reason) for name, reason in tests.items())
 
@@ -278,6 +279,6 @@ class ChecksTest(unittest.TestCase):
     def test_named_lists_are_printed_with_their_reasons(self):
         with mock.patch.dict(reasons.BASELINE, {"llama": {"test_x": "the snapshot's own reason"}}):
             lines = "\n".join(runner.named_lists(["gpt2", "llama"], ["limit"]))
-        for name, reason in reasons.SKIPS.items():
+        for name, reason in [*reasons.SKIPS.items(), *reasons.VACUOUS.items()]:
             self.assertIn(f"{name}: {reason}", lines)
         self.assertIn("llama: test_x: the snapshot's own reason", lines)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,17 @@ def outcomes(junit: Path) -> dict[str, str]:
     return result
 
 
-def run_one(root: Path, family: str, mode: str, out: Path, workers: int, extra: list[str]) -> tuple[dict, float]:
+def children_cpu() -> float:
+    """CPU seconds of every finished child process so far (pytest and its workers): what a run costs whatever else
+    the machine is doing, where wall time on a shared machine depends on the neighbours."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_one(
+    root: Path, family: str, mode: str, out: Path, workers: int, extra: list[str]
+) -> tuple[dict, float, float]:
+    """One file in one mode: its outcomes, wall seconds and CPU seconds."""
     junit = out / f"{family}-{mode}.xml"
     junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
     command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q", "-rfE"]
@@ -81,10 +92,13 @@ def run_one(root: Path, family: str, mode: str, out: Path, workers: int, extra: 
         "CACHELIMIT_PEER_MODE": mode,
         "HF_HUB_OFFLINE": "1",
     }
-    started = time.monotonic()
+    if workers > 1:  # one torch thread per worker: the workers already take the cores (as tests/conftest.py does)
+        environment.setdefault("OMP_NUM_THREADS", "1")
+    started, cpu = time.monotonic(), children_cpu()
     with open(out / f"{family}-{mode}.log", "w") as log:
         subprocess.run([*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    return (outcomes(junit) if junit.exists() else {}), time.monotonic() - started
+    found = outcomes(junit) if junit.exists() else {}
+    return found, time.monotonic() - started, children_cpu() - cpu
 
 
 def choose(requested: str | None, found: peer_plan.Discovery, served: list[str], modes: list[str], suite: Path):
@@ -138,6 +152,9 @@ def named_lists(families: list[str], modes: list[str]) -> list[str]:
     lines = []
     if "limit" in modes:
         lines += [f"skipped in limit mode, any file: {name}: {reason}" for name, reason in peer_reasons.SKIPS.items()]
+    lines += [
+        f"expected to fail, any file (checks nothing): {name}: {why}" for name, why in peer_reasons.VACUOUS.items()
+    ]
     for family in families:
         for name, reason in peer_reasons.BASELINE.get(family, {}).items():
             lines.append(f"expected to fail (the suite's own), {family}: {name}: {reason}")
@@ -181,16 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     args.suite = args.suite.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], dict[str, str]] = {}
-    header = ("file", "mode", "passed", "failed", "error", "skipped", "xfailed", "minutes")
+    header = ("file", "mode", "passed", "failed", "error", "skipped", "xfailed", "minutes", "cpu-min")
     print(f"{header[0]:<10} {header[1]:<10}", *(f"{name:>7}" for name in header[2:]))
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
+        spent = [0.0, 0.0]  # wall, CPU seconds
         for family, mode in runs:
-            results[family, mode], seconds = run_one(root, family, mode, args.out, args.workers, args.pytest_args)
-            counts = Counter(results[family, mode].values())
-            kinds = ("passed", "failed", "error", "skipped", "xfailed")
-            print(f"{family:<10} {mode:<10}", *(f"{counts[kind]:>7}" for kind in kinds), f"{seconds / 60:>7.1f}")
-            sys.stdout.flush()
+            found, seconds, cpu = run_one(root, family, mode, args.out, args.workers, args.pytest_args)
+            results[family, mode], spent = found, [spent[0] + seconds, spent[1] + cpu]
+            counts = Counter(found.values())
+            numbers = [f"{counts[kind]:>7}" for kind in header[2:7]] + [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
+            print(f"{family:<10} {mode:<10}", *numbers, flush=True)
+    print(f"{'all runs':<61} {spent[0] / 60:>7.1f} {spent[1] / 60:>7.1f}")
     lines, ok = checks(results)
     print(*lines, *named_lists(families, modes), sep="\n")
     print(f"logs and JUnit XML: {args.out}")
