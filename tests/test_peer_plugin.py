@@ -241,6 +241,13 @@ class RotationTest(unittest.TestCase):
         self.assertEqual(runs[:3], [("f00", "unpatched"), ("f00", "patched"), ("f00", "limit")])
         self.assertEqual(len(plan.plan(self.FAMILIES, plan.MODES, None, day=0)), 33)
 
+    def test_batches_one_pytest_per_mode_or_per_file(self):
+        runs = plan.plan(["a", "b", "c"], plan.MODES, 1, day=1)
+        self.assertEqual(plan.batches(runs, batch=False), [(mode, [family]) for family, mode in runs])
+        expected = [("unpatched", ["b"]), ("patched", ["b"]), ("limit", ["a", "b", "c"])]
+        self.assertEqual(plan.batches(runs, batch=True), expected)
+        self.assertEqual(plan.batches([], batch=True), [])
+
 
 class ChecksTest(unittest.TestCase):
     def test_outcomes_read_xfail_apart_from_skips(self):
@@ -263,6 +270,13 @@ class ChecksTest(unittest.TestCase):
             "test_e": "error",
         }
         self.assertEqual(found, {f"c::{name}": kind for name, kind in expected.items()})
+
+    def test_outcomes_go_to_the_file_they_come_from(self):
+        self.assertEqual(
+            runner.family_of("tests.models.gpt_neox.test_modeling_gpt_neox.GPTNeoXModelTest::test_a"), "gpt_neox"
+        )
+        self.assertEqual(runner.family_of("tests/models/olmo3/test_modeling_olmo3.py::"), "olmo3")
+        self.assertEqual(runner.family_of("conftest::test_a"), "?")
 
     def test_any_failure_or_difference_fails_the_run(self):
         good = {"t::a": "passed", "t::b": "xfailed", "t::c": "skipped"}

@@ -5,7 +5,7 @@ the registry) that the suite has a `tests/models/<family>/test_modeling_<family>
 tomorrow is run tomorrow. A served family without a file, or whose file is set aside in `peer_reasons.FILES`,
 is printed as such, never dropped silently.
 
-The rotation keeps CI's time bounded as families are added: `limit` (the bounded path) runs on every file;
+The rotation (with `batches`) keeps CI's time bounded as families are added: `limit` (the bounded path) runs on every file;
 `unpatched` and `patched` (condition (a), which needs both) run on `size` consecutive files of the sorted list,
 starting at `day * size` (wrapping), where `day` is the UTC date as days since 1970-01-01. Consecutive days take
 adjacent windows, so every file is compared within ceil(files / size) days, and one day's choice is the same on
@@ -90,3 +90,13 @@ def plan(families: list[str], modes: Iterable[str], rotate: int | None, day: int
     modes = [mode for mode in MODES if mode in set(modes)]
     compared = set(families if rotate is None else rotation(families, rotate, day))
     return [(family, mode) for family in families for mode in modes if mode == "limit" or family in compared]
+
+
+def batches(runs: list[tuple[str, str]], batch: bool) -> list[tuple[str, list[str]]]:
+    """(mode, families) per pytest run: one per file and mode, or with `batch` one per mode over all its files, so
+    that the workers start and import torch and transformers once per mode, not once per file (most of a small
+    file's time)."""
+    if not batch:
+        return [(mode, [family]) for family, mode in runs]
+    modes = [mode for mode in MODES if any(m == mode for _, m in runs)]
+    return [(mode, [family for family, m in runs if m == mode]) for mode in modes]

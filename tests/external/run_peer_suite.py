@@ -1,7 +1,7 @@
 """Run transformers' own model test suites against cachelimit, for every family it serves: the external test bed.
 
     python tests/external/run_peer_suite.py                      # every served family's file, all three modes
-    python tests/external/run_peer_suite.py --rotate 3           # CI: limit on every file, (a) on 3 of them
+    python tests/external/run_peer_suite.py --rotate 3 --batch   # CI: limit on every file, (a) on 3 of them
     python tests/external/run_peer_suite.py --models gpt2 --modes limit -- -x -k generate
 
 The suites are third-party (transformers' `tests/`, kept outside this repository: `--suite`, default
@@ -76,14 +76,22 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_one(
-    root: Path, family: str, mode: str, out: Path, workers: int, extra: list[str]
-) -> tuple[dict, float, float]:
-    """One file in one mode: its outcomes, wall seconds and CPU seconds."""
-    junit = out / f"{family}-{mode}.xml"
+def family_of(test_id: str) -> str:
+    """The family whose file a JUnit test id comes from (`tests.models.<family>.test_modeling_<family>.Class::test`,
+    or a collection error's `tests/models/<family>/...`); "?" for anything else, which then fails the run."""
+    parts = test_id.split("::")[0].replace("/", ".").split(".")
+    return parts[2] if parts[:2] == ["tests", "models"] and len(parts) > 2 else "?"
+
+
+def run_files(
+    root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str]
+) -> tuple[dict[str, dict[str, str]], float, float]:
+    """One pytest run of `families`' files in `mode`: outcomes per family, wall seconds and CPU seconds."""
+    name = families[0] if len(families) == 1 else "batch"
+    junit = out / f"{name}-{mode}.xml"
     junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
     command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q", "-rfE"]
-    command += [f"--junitxml={junit}", peer_plan.suite_file(family)]
+    command += [f"--junitxml={junit}", "--continue-on-collection-errors", *map(peer_plan.suite_file, families)]
     if workers > 1:
         command += ["-n", str(workers)]
     environment = {
@@ -95,9 +103,11 @@ def run_one(
     if workers > 1:  # one torch thread per worker: the workers already take the cores (as tests/conftest.py does)
         environment.setdefault("OMP_NUM_THREADS", "1")
     started, cpu = time.monotonic(), children_cpu()
-    with open(out / f"{family}-{mode}.log", "w") as log:
+    with open(out / f"{name}-{mode}.log", "w") as log:
         subprocess.run([*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    found = outcomes(junit) if junit.exists() else {}
+    found: dict[str, dict[str, str]] = {family: {} for family in families}
+    for test, outcome in (outcomes(junit) if junit.exists() else {}).items():
+        found.setdefault(family_of(test), {})[test] = outcome
     return found, time.monotonic() - started, children_cpu() - cpu
 
 
@@ -175,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path("peer_suite_out"), help="logs, JUnit XML (default: %(default)s)"
     )
+    parser.add_argument("--batch", action="store_true", help="one pytest per mode over its files (CI: faster)")
     parser.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers per file (default: 1)")
     parser.add_argument("pytest_args", nargs="*", help="after `--`: passed to pytest (e.g. -x -k generate)")
     args = parser.parse_args(argv)
@@ -200,15 +211,23 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], dict[str, str]] = {}
     header = ("file", "mode", "passed", "failed", "error", "skipped", "xfailed", "minutes", "cpu-min")
     print(f"{header[0]:<10} {header[1]:<10}", *(f"{name:>7}" for name in header[2:]))
+    batches = peer_plan.batches(runs, args.batch)
+    if not batches:
+        parser.error("nothing to run: no family chosen")
+    spent = [0.0, 0.0]  # wall, CPU seconds
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
-        spent = [0.0, 0.0]  # wall, CPU seconds
-        for family, mode in runs:
-            found, seconds, cpu = run_one(root, family, mode, args.out, args.workers, args.pytest_args)
-            results[family, mode], spent = found, [spent[0] + seconds, spent[1] + cpu]
-            counts = Counter(found.values())
-            numbers = [f"{counts[kind]:>7}" for kind in header[2:7]] + [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
-            print(f"{family:<10} {mode:<10}", *numbers, flush=True)
+        for mode, chosen in batches:
+            found, seconds, cpu = run_files(root, chosen, mode, args.out, args.workers, args.pytest_args)
+            spent = [spent[0] + seconds, spent[1] + cpu]
+            times = [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
+            for family, tests in found.items():
+                results[family, mode] = tests
+                counts = Counter(tests.values())
+                numbers = [f"{counts[kind]:>7}" for kind in header[2:7]]
+                print(f"{family:<10} {mode:<10}", *numbers, *(times if len(chosen) == 1 else []), flush=True)
+            if len(chosen) > 1:
+                print(f"{mode + f' ({len(chosen)} files, one pytest)':<61}", *times, flush=True)
     print(f"{'all runs':<61} {spent[0] / 60:>7.1f} {spent[1] / 60:>7.1f}")
     lines, ok = checks(results)
     print(*lines, *named_lists(families, modes), sep="\n")
