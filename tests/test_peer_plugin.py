@@ -65,7 +65,10 @@ class DefaultLimitTest(unittest.TestCase):
         return caches[0]
 
     def test_plain_call_gets_the_default_limit(self):
-        cache = self.first_cache()
+        with mock.patch.dict(plugin.CALLS, clear=True):
+            cache = self.first_cache()
+            self.first_cache(cache_limit=3)
+            self.assertEqual(plugin.CALLS, {"llama": [1, 1]})  # counted: a limit run that bounds nothing fails
         self.assertIsInstance(cache, BoundedCache)
         self.assertEqual(cache.policy.limit, plugin.LIMIT)
 
@@ -278,9 +281,17 @@ class ChecksTest(unittest.TestCase):
         self.assertEqual(runner.family_of("tests/models/olmo3/test_modeling_olmo3.py::"), "olmo3")
         self.assertEqual(runner.family_of("conftest::test_a"), "?")
 
+    def test_calls_are_summed_over_the_workers(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            Path(tmp, "gw0.json").write_text('{"llama": [3, 1], "gpt2": [2, 0]}')
+            Path(tmp, "gw1.json").write_text('{"llama": [4, 0]}')
+            self.assertEqual(runner.read_calls(Path(tmp)), {"llama": [7, 1], "gpt2": [2, 0]})
+
     def test_any_failure_or_difference_fails_the_run(self):
         good = {"t::a": "passed", "t::b": "xfailed", "t::c": "skipped"}
         self.assertTrue(runner.checks({("gpt2", "unpatched"): good, ("gpt2", "patched"): dict(good)})[1])
+        self.assertTrue(runner.checks({("gpt2", "limit"): good}, {"gpt2": [3, 1]})[1])
+        self.assertFalse(runner.checks({("gpt2", "limit"): good}, {"gpt2": [0, 4], "llama": [3, 0]})[1])
         for results in [
             {("gpt2", "limit"): {**good, "t::d": "failed"}},  # (b)
             {("gpt2", "unpatched"): {**good, "t::d": "error"}},  # a baseline failure without a reason

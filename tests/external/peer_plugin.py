@@ -20,7 +20,9 @@ unittest only warns, and such a "pass" has checked nothing.
 from __future__ import annotations
 
 import functools
+import json
 import os
+from pathlib import Path
 
 import pytest
 from peer_reasons import BASELINE, SKIPS, VACUOUS, match
@@ -30,6 +32,9 @@ LIMIT = int(os.environ.get("CACHELIMIT_PEER_LIMIT", "4096"))
 #: what unittest warns when a test method returns a value (its body may never have run); made an error below
 RETURNS_A_VALUE = "It is deprecated to return a value that is not None from a test case"
 _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
+#: limit mode: model_type -> [generate calls given the default limit, calls that chose their cache]; written to
+#: `$CACHELIMIT_PEER_CALLS/<worker>.json` at the end, so that the runner can tell a limit run that bounded nothing
+CALLS: dict[str, list[int]] = {}
 
 
 def _chooses_its_cache(model, generation_config, kwargs) -> bool:
@@ -52,8 +57,10 @@ def _chooses_its_cache(model, generation_config, kwargs) -> bool:
 def _with_default_limit(generate):
     @functools.wraps(generate)
     def wrapper(self, inputs=None, generation_config=None, *args, **kwargs):
-        if not _chooses_its_cache(self, generation_config, kwargs):
+        chooses = _chooses_its_cache(self, generation_config, kwargs)
+        if not chooses:
             kwargs["cache_limit"] = LIMIT
+        CALLS.setdefault(self.config.model_type, [0, 0])[chooses] += 1
         return generate(self, inputs, generation_config, *args, **kwargs)
 
     wrapper.__wrapped_by_peer_plugin__ = True
@@ -97,6 +104,12 @@ def pytest_collection_modifyitems(config, items) -> None:
         reason = skip_reason(name) if MODE == "limit" else None
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"cachelimit peer suite, cache_limit={LIMIT}: {reason}"))
+
+
+def pytest_sessionfinish(session) -> None:
+    folder = os.environ.get("CACHELIMIT_PEER_CALLS")
+    if folder and CALLS:
+        Path(folder, f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json").write_text(json.dumps(CALLS))
 
 
 def pytest_report_header(config) -> str:

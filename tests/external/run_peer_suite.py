@@ -23,6 +23,7 @@ Needs pytest-xdist, pytest-rerunfailures, timeout-decorator and httpx (`pip inst
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -83,13 +84,25 @@ def family_of(test_id: str) -> str:
     return parts[2] if parts[:2] == ["tests", "models"] and len(parts) > 2 else "?"
 
 
+def read_calls(folder: Path) -> dict[str, list[int]]:
+    """model_type -> [generate calls bounded by the default limit, calls that chose their cache], over the workers."""
+    calls: dict[str, list[int]] = {}
+    for path in sorted(folder.glob("*.json")):
+        for family, counts in json.loads(path.read_text()).items():
+            calls[family] = [a + b for a, b in zip(calls.get(family, [0, 0]), counts, strict=True)]
+    return calls
+
+
 def run_files(
     root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str]
-) -> tuple[dict[str, dict[str, str]], float, float]:
-    """One pytest run of `families`' files in `mode`: outcomes per family, wall seconds and CPU seconds."""
+) -> tuple[dict[str, dict[str, str]], dict[str, list[int]], float, float]:
+    """One pytest run of `families`' files in `mode`: outcomes per family, the plugin's generate calls per family
+    (`limit` mode), wall seconds and CPU seconds."""
     name = families[0] if len(families) == 1 else "batch"
-    junit = out / f"{name}-{mode}.xml"
+    junit, calls = out / f"{name}-{mode}.xml", out / f"{name}-{mode}-calls"
     junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
+    shutil.rmtree(calls, ignore_errors=True)
+    calls.mkdir()
     command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q", "-rfE"]
     command += [f"--junitxml={junit}", "--continue-on-collection-errors", *map(peer_plan.suite_file, families)]
     if workers > 1:
@@ -98,6 +111,7 @@ def run_files(
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]),
         "CACHELIMIT_PEER_MODE": mode,
+        "CACHELIMIT_PEER_CALLS": str(calls),
         "HF_HUB_OFFLINE": "1",
     }
     if workers > 1:  # one torch thread per worker: the workers already take the cores (as tests/conftest.py does)
@@ -108,7 +122,7 @@ def run_files(
     found: dict[str, dict[str, str]] = {family: {} for family in families}
     for test, outcome in (outcomes(junit) if junit.exists() else {}).items():
         found.setdefault(family_of(test), {})[test] = outcome
-    return found, time.monotonic() - started, children_cpu() - cpu
+    return found, read_calls(calls), time.monotonic() - started, children_cpu() - cpu
 
 
 def choose(requested: str | None, found: peer_plan.Discovery, served: list[str], modes: list[str], suite: Path):
@@ -132,14 +146,22 @@ def choose(requested: str | None, found: peer_plan.Discovery, served: list[str],
     return chosen
 
 
-def checks(results: dict[tuple[str, str], dict[str, str]]) -> tuple[list[str], bool]:
-    """The report's check lines and whether every check holds."""
+def checks(
+    results: dict[tuple[str, str], dict[str, str]], calls: dict[str, list[int]] | None = None
+) -> tuple[list[str], bool]:
+    """The report's check lines and whether every check holds (`calls`: the limit runs' generate calls)."""
     lines, ok = [], True
     for (family, mode), found in results.items():
         bad = sorted(test for test, outcome in found.items() if outcome in FAILING)
         label = "(b) " if mode == "limit" else ""
         lines.append(f"{label}{family} {mode}: {len(bad)} failure(s) outside the named lists")
         lines += [f"    {test}: {found[test]}" for test in bad]
+        if mode == "limit":
+            bounded, kept = (calls or {}).get(family, [0, 0])
+            lines.append(f"    generate calls: {bounded} bounded by the default limit, {kept} chose their own cache")
+            if not bounded:  # the wrapper never ran: nothing of cachelimit's bounded path was checked
+                lines.append(f"    {family} limit: no generate call got the default limit; see its log")
+                bad = bad or ["bounded nothing"]
         if bad and mode != "limit":
             lines.append("    (the suite's own? add each to peer_reasons.BASELINE with its reason; a listed one that")
             lines.append("    passes now fails as XPASS(strict): remove its entry)")
@@ -215,10 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     if not batches:
         parser.error("nothing to run: no family chosen")
     spent = [0.0, 0.0]  # wall, CPU seconds
+    calls: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
         for mode, chosen in batches:
-            found, seconds, cpu = run_files(root, chosen, mode, args.out, args.workers, args.pytest_args)
+            found, called, seconds, cpu = run_files(root, chosen, mode, args.out, args.workers, args.pytest_args)
+            calls.update(called if mode == "limit" else {})
             spent = [spent[0] + seconds, spent[1] + cpu]
             times = [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
             for family, tests in found.items():
@@ -229,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             if len(chosen) > 1:
                 print(f"{mode + f' ({len(chosen)} files, one pytest)':<61}", *times, flush=True)
     print(f"{'all runs':<61} {spent[0] / 60:>7.1f} {spent[1] / 60:>7.1f}")
-    lines, ok = checks(results)
+    lines, ok = checks(results, calls)
     print(*lines, *named_lists(families, modes), sep="\n")
     print(f"logs and JUnit XML: {args.out}")
     return 0 if ok else 1
