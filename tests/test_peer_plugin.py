@@ -1,11 +1,8 @@
-"""The external test bed (tests/external/): which `generate` calls get the default limit, which files run, in which
-modes, and that every test it does not count as a pass is named with a reason.
-
-A call that chooses its cache keeps it (a default limit would only be refused); every other call of a patched
-model becomes a bounded run, read from the cache the forward actually received. The files come from the family
-registry and the suite (a fake suite here: none of transformers' tests run), the rotation covers every file, and
-the runner's checks fail on what they must. Where the shared suite is on this machine, the named lists are
-checked against it (no entry for a file it does not hold).
+"""The external test bed (tests/external/): which `generate` calls get the default limit (a call that chooses its
+cache keeps it; read from the cache the forward received), which files run in which modes (from the registry and a
+fake suite: none of transformers' tests run), that the rotation covers every file, that the runner's checks fail on
+what they must, and that every test not counted as a pass is named with a reason (checked against the shared suite
+where this machine has it: no entry for a test it does not hold).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -109,37 +107,29 @@ class NamedListsTest(unittest.TestCase):
         self.assertIsNone(plugin.skip_reason("test_left_padding_compatibility"))
 
     @unittest.skipUnless(SUITE.is_dir(), f"transformers' test suite is not at {SUITE} on this machine")
-    def test_entries_name_files_of_the_suite(self):
+    def test_entries_name_tests_of_the_suite(self):
+        mixins = [*SUITE.glob("tests/*.py"), *SUITE.glob("tests/generation/*.py")]
+        defined = set(re.findall(r"def (test_\w+)\(", "".join(path.read_text(encoding="utf-8") for path in mixins)))
+        self.assertLessEqual({*reasons.SKIPS, *reasons.VACUOUS}, defined)
         for family in [*reasons.BASELINE, *reasons.FILES]:
             self.assertTrue((SUITE / plan.suite_file(family)).is_file(), family)
         for family, tests in reasons.BASELINE.items():
             text = (SUITE / plan.suite_file(family)).read_text(encoding="utf-8")
-            common = (SUITE / "tests").glob("*.py")
+            names = defined | set(re.findall(r"def (test_\w+)\(", text))
             for name in tests:
-                self.assertTrue(name in text or any(name in path.read_text() for path in common), name)
+                self.assertTrue(any(name == test or name.startswith(test + "_") for test in names), name)
 
 
 FAKE_FILE = """
 import unittest
 
 class FakeModelTest(unittest.TestCase):
-    def test_plain(self):
-        pass
-
-    def test_returns_a_function(self):
-        return lambda: None
-
-    def test_prompt_lookup_decoding_matches_greedy_search(self):
-        return lambda: None
-
-    def test_listed(self):
-        raise AssertionError("the snapshot's own failure")
-
-    def test_listed_passes(self):
-        pass
-
-    def test_greedy_generate_dict_outputs_use_cache(self):
-        pass
+    def test_plain(self): pass
+    def test_returns_a_function(self): return lambda: None
+    def test_prompt_lookup_decoding_matches_greedy_search(self): return lambda: None
+    def test_listed(self): raise AssertionError("the snapshot's own failure")
+    def test_listed_passes(self): pass
+    def test_greedy_generate_dict_outputs_use_cache(self): pass
 """
 FAKE_CONFTEST = """
 import peer_reasons
