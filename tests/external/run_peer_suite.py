@@ -79,8 +79,10 @@ def children_cpu() -> float:
 
 def family_of(test_id: str) -> str:
     """The family whose file a JUnit test id comes from (`tests.models.<family>.test_modeling_<family>.Class::test`,
-    or a collection error's `tests/models/<family>/...`); "?" for anything else, which then fails the run."""
-    parts = test_id.split("::")[0].replace("/", ".").split(".")
+    or a collection error's `::tests.models.<family>.test_modeling_<family>`); "?" for anything else, which then
+    fails the run."""
+    head = next((part for part in test_id.split("::") if part), "")
+    parts = head.replace("/", ".").split(".")
     return parts[2] if parts[:2] == ["tests", "models"] and len(parts) > 2 else "?"
 
 
@@ -163,8 +165,8 @@ def checks(
                 lines.append(f"    {family} limit: no generate call got the default limit; see its log")
                 bad = bad or ["bounded nothing"]
         if bad and mode != "limit":
-            lines.append("    (the suite's own? add each to peer_reasons.BASELINE with its reason; a listed one that")
-            lines.append("    passes now fails as XPASS(strict): remove its entry)")
+            lines.append("    (the suite's own? list each in peer_reasons with its reason: BASELINE for a test, FILES")
+            lines.append("    for a file that does not collect; a listed test that passes fails as XPASS(strict))")
         if not Counter(found.values())["passed"]:  # no JUnit XML or nothing ran: a run that checked nothing
             lines.append(f"    {family} {mode}: no test passed; see its log")
             bad = bad or ["nothing passed"]
