@@ -11,36 +11,30 @@ Loaded with `-p peer_plugin` by `run_peer_suite.py`; the mode comes from `CACHEL
   `use_cache=False`, assisted decoding, an attention implementation cachelimit refuses) keep it: those
   combinations are documented refusals, tested in cachelimit's own suite.
 
-In `limit` mode the tests in `SKIPS` are skipped by name, each with its reason.
+In `limit` mode the tests in `peer_reasons.SKIPS` are skipped by name, each with its reason; in every mode the
+tests in `peer_reasons.BASELINE` (the suite's own failures on the installed release) and `peer_reasons.VACUOUS`
+(tests that would pass without running) are strict expected failures. A test method that returns a value fails:
+unittest only warns, and such a "pass" has checked nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+from pathlib import Path
 
 import pytest
+from peer_reasons import BASELINE, SKIPS, VACUOUS, match
 
 MODE = os.environ.get("CACHELIMIT_PEER_MODE", "unpatched")
 LIMIT = int(os.environ.get("CACHELIMIT_PEER_LIMIT", "4096"))
+#: what unittest warns when a test method returns a value (its body may never have run); made an error below
+RETURNS_A_VALUE = "It is deprecated to return a value that is not None from a test case"
 _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
-
-#: test name (the method, any model file) -> why it cannot pass with a default cache_limit
-_RING_STORAGE = (
-    "checks each cache layer's raw key/value tensors against [batch, heads, positions, head_dim]; a BoundedCache "
-    "layer's tensors are its ring, grown geometrically (up to twice the positions it holds, in slot order), so "
-    "they are larger; the positions it holds are `get_seq_length()` / `kept_lengths()`, checked exactly by "
-    "cachelimit's tests/test_growth.py"
-)
-SKIPS: dict[str, str] = {
-    "test_generate_compile_model_forward_fullgraph": (
-        "compiles the forward with fullgraph=True around a DynamicCache by default; a BoundedCache plans every step "
-        "in Python (data-dependent slots and masks) and is not meant to be compiled"
-    ),
-    "test_greedy_generate_dict_outputs_use_cache": _RING_STORAGE,
-    "test_beam_search_generate_dict_outputs_use_cache": _RING_STORAGE,
-    "test_assisted_decoding_matches_greedy_search": _RING_STORAGE + " (of its greedy run)",
-}
+#: limit mode: model_type -> [generate calls given the default limit, calls that chose their cache]; written to
+#: `$CACHELIMIT_PEER_CALLS/<worker>.json` at the end, so that the runner can tell a limit run that bounded nothing
+CALLS: dict[str, list[int]] = {}
 
 
 def _chooses_its_cache(model, generation_config, kwargs) -> bool:
@@ -63,8 +57,10 @@ def _chooses_its_cache(model, generation_config, kwargs) -> bool:
 def _with_default_limit(generate):
     @functools.wraps(generate)
     def wrapper(self, inputs=None, generation_config=None, *args, **kwargs):
-        if not _chooses_its_cache(self, generation_config, kwargs):
+        chooses = _chooses_its_cache(self, generation_config, kwargs)
+        if not chooses:
             kwargs["cache_limit"] = LIMIT
+        CALLS.setdefault(self.config.model_type, [0, 0])[chooses] += 1
         return generate(self, inputs, generation_config, *args, **kwargs)
 
     wrapper.__wrapped_by_peer_plugin__ = True
@@ -72,36 +68,48 @@ def _with_default_limit(generate):
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line("filterwarnings", f"error:{RETURNS_A_VALUE}:DeprecationWarning")
     if MODE == "unpatched":
         return
     if MODE not in ("patched", "limit"):
         raise pytest.UsageError(f"CACHELIMIT_PEER_MODE must be unpatched, patched or limit, got {MODE!r}")
     import cachelimit
-    from cachelimit.families.table import FAMILIES
 
     cachelimit.patch()
     if MODE == "limit":
-        for family in FAMILIES.values():
+        for family in cachelimit.FAMILIES.values():
             for cls in family.model_classes:
                 cls.generate = _with_default_limit(cls.__dict__["generate"])
 
 
 def skip_reason(name: str) -> str | None:
-    """The reason `name` is skipped: a name in SKIPS, or one of its `parameterized.expand` variants (`_0_...`)."""
-    for skipped, reason in SKIPS.items():
-        suffix = name[len(skipped) :]
-        if name.startswith(skipped) and (not suffix or (suffix[0] == "_" and suffix[1:2].isdigit())):
-            return reason
-    return None
+    """Why `name` is skipped in `limit` mode (`SKIPS`, parameterized variants included), or None."""
+    return match(name, SKIPS)
+
+
+def baseline_reason(family: str, name: str) -> str | None:
+    """Why `name` in `family`'s file fails unpatched (`BASELINE`), or None."""
+    return match(name, BASELINE.get(family, {}))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    if MODE != "limit":
-        return
     for item in items:
-        reason = skip_reason(getattr(item, "originalname", None) or item.name.split("[")[0])
+        name = getattr(item, "originalname", None) or item.name.split("[")[0]
+        reason = baseline_reason(item.path.parent.name, name)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"cachelimit peer suite, baseline: {reason}"))
+        if name in VACUOUS:
+            reason = f"cachelimit peer suite, checks nothing on this release: {VACUOUS[name]}"
+            item.add_marker(pytest.mark.xfail(strict=True, raises=DeprecationWarning, reason=reason))
+        reason = skip_reason(name) if MODE == "limit" else None
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"cachelimit peer suite, cache_limit={LIMIT}: {reason}"))
+
+
+def pytest_sessionfinish(session) -> None:
+    folder = os.environ.get("CACHELIMIT_PEER_CALLS")
+    if folder and CALLS:
+        Path(folder, f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json").write_text(json.dumps(CALLS))
 
 
 def pytest_report_header(config) -> str:

@@ -1,24 +1,31 @@
-"""Run transformers' own model test suites (GPT-2, Llama, Mistral) against cachelimit: the external test bed.
+"""Run transformers' own model test suites against cachelimit, for every family it serves: the external test bed.
 
-    python tests/external/run_peer_suite.py                      # all three files, modes unpatched/patched/limit
+    python tests/external/run_peer_suite.py                      # every served family's file, all three modes
+    python tests/external/run_peer_suite.py --rotate 3 --batch   # CI: limit on every file, (a) on 3 of them
     python tests/external/run_peer_suite.py --models gpt2 --modes limit -- -x -k generate
 
 The suites are third-party (transformers' `tests/`, kept outside this repository: `--suite`, default
 `../shared/peer-suite/transformers-tests` or `$CACHELIMIT_PEER_SUITE`); they are copied to a temporary directory
-with `src/transformers` linked to the installed package, as their README says, and run with `peer_plugin.py`:
+with `src/transformers` linked to the installed package, as their README says, and run with `peer_plugin.py`.
+The files are chosen by `peer_plan` (every served family the suite has a file for); the named exceptions are
+in `peer_reasons`. The run fails unless:
 
-- (a) `patched` must give every test the outcome it has `unpatched` (0 regressions);
-- (b) `limit` (every `generate` defaults to `cache_limit=4096`) must have no failures apart from the named skips
-  in `peer_plugin.SKIPS`.
+- every file and mode has no failure or error (the suite's own failures on this release are listed, with their
+  reasons, in `peer_reasons.BASELINE`, and must still fail; cachelimit's design limits in `peer_reasons.SKIPS`
+  are skipped in `limit` mode) and at least one test passed; in `limit` mode (every `generate` defaults to
+  `cache_limit=4096`) that is condition (b);
+- (a) `patched` gives every test the outcome it has `unpatched`, wherever both ran.
 
-Prints a table (counts and minutes per file and mode) and exits 1 if (a) or (b) does not hold.
+Prints a table (counts and minutes per file and mode), then every check.
 Needs pytest-xdist, pytest-rerunfailures, timeout-decorator and httpx (`pip install -e ".[external]"`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -28,10 +35,12 @@ import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from pathlib import Path
 
+import peer_plan
+import peer_reasons
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-MODELS = ("gpt2", "llama", "mistral")
-MODES = ("unpatched", "patched", "limit")
+FAILING = ("failed", "error")
 
 
 def default_suite() -> Path:
@@ -50,92 +59,206 @@ def prepare(suite: Path, work: Path) -> Path:
 
 
 def outcomes(junit: Path) -> dict[str, str]:
-    """test id -> passed / failed / error / skipped, from pytest's JUnit XML."""
+    """test id -> passed / failed / error / skipped / xfailed (a listed baseline failure), from JUnit XML."""
     result = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        test_id = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        result[test_id] = next((kind for kind in ("failure", "error", "skipped") if kind in kinds), "passed")
-        result[test_id] = {"failure": "failed"}.get(result[test_id], result[test_id])
+        kinds = {child.tag: child for child in case}
+        kind = next((kind for kind in ("failure", "error", "skipped") if kind in kinds), "passed")
+        if kind == "skipped" and kinds["skipped"].get("type") == "pytest.xfail":
+            kind = "xfailed"
+        result[f"{case.get('classname')}::{case.get('name')}"] = {"failure": "failed"}.get(kind, kind)
     return result
 
 
-def run_one(root: Path, model: str, mode: str, out: Path, workers: int, extra: list[str]) -> tuple[dict, float]:
-    junit = out / f"{model}-{mode}.xml"
+def children_cpu() -> float:
+    """CPU seconds of every finished child process so far (pytest and its workers): what a run costs whatever else
+    the machine is doing, where wall time on a shared machine depends on the neighbours."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def family_of(test_id: str) -> str:
+    """The family whose file a JUnit test id comes from (`tests.models.<family>.test_modeling_<family>.Class::test`,
+    or a collection error's `::tests.models.<family>.test_modeling_<family>`); "?" for anything else, which then
+    fails the run."""
+    head = next((part for part in test_id.split("::") if part), "")
+    parts = head.replace("/", ".").split(".")
+    return parts[2] if parts[:2] == ["tests", "models"] and len(parts) > 2 else "?"
+
+
+def read_calls(folder: Path) -> dict[str, list[int]]:
+    """model_type -> [generate calls bounded by the default limit, calls that chose their cache], over the workers."""
+    calls: dict[str, list[int]] = {}
+    for path in sorted(folder.glob("*.json")):
+        for family, counts in json.loads(path.read_text()).items():
+            calls[family] = [a + b for a, b in zip(calls.get(family, [0, 0]), counts, strict=True)]
+    return calls
+
+
+def run_files(
+    root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str]
+) -> tuple[dict[str, dict[str, str]], dict[str, list[int]], float, float]:
+    """One pytest run of `families`' files in `mode`: outcomes per family, the plugin's generate calls per family
+    (`limit` mode), wall seconds and CPU seconds."""
+    name = families[0] if len(families) == 1 else "batch"
+    junit, calls = out / f"{name}-{mode}.xml", out / f"{name}-{mode}-calls"
+    junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
+    shutil.rmtree(calls, ignore_errors=True)
+    calls.mkdir()
     command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-q", "-rfE"]
-    command += [f"--junitxml={junit}", f"tests/models/{model}/test_modeling_{model}.py"]
+    command += [f"--junitxml={junit}", "--continue-on-collection-errors", *map(peer_plan.suite_file, families)]
     if workers > 1:
         command += ["-n", str(workers)]
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]),
         "CACHELIMIT_PEER_MODE": mode,
+        "CACHELIMIT_PEER_CALLS": str(calls),
         "HF_HUB_OFFLINE": "1",
     }
-    started = time.monotonic()
-    with open(out / f"{model}-{mode}.log", "w") as log:
+    if workers > 1:  # one torch thread per worker: the workers already take the cores (as tests/conftest.py does)
+        environment.setdefault("OMP_NUM_THREADS", "1")
+    started, cpu = time.monotonic(), children_cpu()
+    with open(out / f"{name}-{mode}.log", "w") as log:
         subprocess.run([*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT)
-    return (outcomes(junit) if junit.exists() else {}), time.monotonic() - started
+    found: dict[str, dict[str, str]] = {family: {} for family in families}
+    for test, outcome in (outcomes(junit) if junit.exists() else {}).items():
+        found.setdefault(family_of(test), {})[test] = outcome
+    return found, read_calls(calls), time.monotonic() - started, children_cpu() - cpu
+
+
+def choose(requested: str | None, found: peer_plan.Discovery, served: list[str], modes: list[str], suite: Path):
+    """The families to run: all runnable ones, or `--models`, each checked (a family that would check nothing is
+    refused with the reason; one not served yet only for its `unpatched` baseline)."""
+    if requested is None:
+        return found.runnable
+    chosen = [name for name in requested.split(",") if name]
+    for name in chosen:
+        if not (suite / peer_plan.suite_file(name)).is_file() and name not in served:
+            raise SystemExit(f"--models: {name} is neither served nor in the suite ({peer_plan.suite_file(name)})")
+        if name in found.missing:
+            raise SystemExit(f"--models: {name} is served but the suite has no {peer_plan.suite_file(name)}")
+        if name in found.set_aside:
+            raise SystemExit(f"--models: {name}'s file is set aside: {found.set_aside[name]}")
+        if name not in served and modes != ["unpatched"]:
+            raise SystemExit(
+                f"--models: {name} is not served by cachelimit ({', '.join(served)}); patched and limit would check "
+                "nothing, so only `--modes unpatched` (its baseline) runs it"
+            )
+    return chosen
+
+
+def checks(
+    results: dict[tuple[str, str], dict[str, str]], calls: dict[str, list[int]] | None = None
+) -> tuple[list[str], bool]:
+    """The report's check lines and whether every check holds (`calls`: the limit runs' generate calls)."""
+    lines, ok = [], True
+    for (family, mode), found in results.items():
+        bad = sorted(test for test, outcome in found.items() if outcome in FAILING)
+        label = "(b) " if mode == "limit" else ""
+        lines.append(f"{label}{family} {mode}: {len(bad)} failure(s) outside the named lists")
+        lines += [f"    {test}: {found[test]}" for test in bad]
+        if mode == "limit":
+            bounded, kept = (calls or {}).get(family, [0, 0])
+            lines.append(f"    generate calls: {bounded} bounded by the default limit, {kept} chose their own cache")
+            if not bounded:  # the wrapper never ran: nothing of cachelimit's bounded path was checked
+                lines.append(f"    {family} limit: no generate call got the default limit; see its log")
+                bad = bad or ["bounded nothing"]
+        if bad and mode != "limit":
+            lines.append("    (the suite's own? list each in peer_reasons with its reason: BASELINE for a test, FILES")
+            lines.append("    for a file that does not collect; a listed test that passes fails as XPASS(strict))")
+        if not Counter(found.values())["passed"]:  # no JUnit XML or nothing ran: a run that checked nothing
+            lines.append(f"    {family} {mode}: no test passed; see its log")
+            bad = bad or ["nothing passed"]
+        ok &= not bad
+    for family in sorted({family for family, _ in results}):
+        if (family, "unpatched") in results and (family, "patched") in results:
+            base, patched = results[family, "unpatched"], results[family, "patched"]
+            changed = sorted(test for test in base.keys() | patched.keys() if base.get(test) != patched.get(test))
+            lines.append(f"(a) {family}: {len(changed)} outcome(s) differ patched vs unpatched")
+            lines += [f"    {test}: {base.get(test)} -> {patched.get(test)}" for test in changed]
+            ok &= not changed
+    return lines, ok
+
+
+def named_lists(families: list[str], modes: list[str]) -> list[str]:
+    """Every named exception that applies to this run, with its reason: nothing is skipped without one."""
+    lines = []
+    if "limit" in modes:
+        lines += [f"skipped in limit mode, any file: {name}: {reason}" for name, reason in peer_reasons.SKIPS.items()]
+    lines += [
+        f"expected to fail, any file (checks nothing): {name}: {why}" for name, why in peer_reasons.VACUOUS.items()
+    ]
+    for family in families:
+        for name, reason in peer_reasons.BASELINE.get(family, {}).items():
+            lines.append(f"expected to fail (the suite's own), {family}: {name}: {reason}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: %(default)s)")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated (default: %(default)s)")
+    parser.add_argument("--models", help="comma-separated families (default: every served family with a file)")
+    parser.add_argument("--modes", default=",".join(peer_plan.MODES), help="comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--rotate", type=int, metavar="K", help="unpatched and patched on K files only: the day's rotation (peer_plan)"
+    )
+    parser.add_argument("--day", type=int, default=peer_plan.utc_day(), help="rotation day (default: today, UTC)")
     parser.add_argument(
         "--suite", type=Path, default=default_suite(), help="transformers' tests (default: %(default)s)"
     )
     parser.add_argument(
         "--out", type=Path, default=Path("peer_suite_out"), help="logs, JUnit XML (default: %(default)s)"
     )
+    parser.add_argument("--batch", action="store_true", help="one pytest per mode over its files (CI: faster)")
     parser.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers per file (default: 1)")
     parser.add_argument("pytest_args", nargs="*", help="after `--`: passed to pytest (e.g. -x -k generate)")
     args = parser.parse_args(argv)
     if not (args.suite / "tests" / "models").is_dir():
         parser.error(f"--suite: {str(args.suite)!r} does not hold transformers' tests/models")
-    models, modes = args.models.split(","), args.modes.split(",")
+    modes = [mode for mode in args.modes.split(",") if mode]
+    if not modes or set(modes) - set(peer_plan.MODES):
+        parser.error(f"--modes: choose from {', '.join(peer_plan.MODES)}, got {args.modes!r}")
+    if args.rotate is not None and args.rotate < 1:
+        parser.error("--rotate: at least 1")
+    served = peer_plan.served_families()
+    found = peer_plan.discover(args.suite, served, peer_reasons.FILES)
+    families = choose(args.models, found, served, modes, args.suite)
+    runs = peer_plan.plan(families, modes, args.rotate, args.day)
+    print(f"served families: {len(served)}; with a file in the suite, run: {len(found.runnable)}")
+    print(*found.lines(), sep="\n")
+    if args.rotate is not None:
+        compared = peer_plan.rotation(families, args.rotate, args.day)
+        print(f"rotation, day {args.day}: unpatched and patched on {', '.join(compared)}; limit on every file")
     args.out = args.out.resolve()  # pytest runs in the suite's copy: a relative path would land there
     args.suite = args.suite.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, str], dict[str, str]] = {}
-    failed = False
+    header = ("file", "mode", "passed", "failed", "error", "skipped", "xfailed", "minutes", "cpu-min")
+    print(f"{header[0]:<10} {header[1]:<10}", *(f"{name:>7}" for name in header[2:]))
+    batches = peer_plan.batches(runs, args.batch)
+    if not batches:
+        parser.error("nothing to run: no family chosen")
+    spent = [0.0, 0.0]  # wall, CPU seconds
+    calls: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
-        print(f"{'file':<8} {'mode':<10} {'passed':>6} {'failed':>6} {'error':>5} {'skipped':>7} {'minutes':>7}")
-        for model in models:
-            for mode in modes:
-                found, seconds = run_one(root, model, mode, args.out, args.workers, args.pytest_args)
-                results[model, mode] = found
-                counts = Counter(found.values())
-                print(
-                    f"{model:<8} {mode:<10} {counts['passed']:>6} {counts['failed']:>6} {counts['error']:>5} "
-                    f"{counts['skipped']:>7} {seconds / 60:>7.1f}",
-                    flush=True,
-                )
-                if not counts["passed"]:  # no JUnit XML or nothing ran: a run that checked nothing is a failure
-                    print(f"    {model} {mode}: no test passed; see {args.out / f'{model}-{mode}.log'}")
-                    failed = True
-    for model in models:
-        if {"unpatched", "patched"} <= set(modes):
-            base, patched = results[model, "unpatched"], results[model, "patched"]
-            changed = sorted(test for test in base.keys() | patched.keys() if base.get(test) != patched.get(test))
-            print(f"(a) {model}: {len(changed)} outcome(s) differ patched vs unpatched")
-            for test in changed:
-                print(f"    {test}: {base.get(test)} -> {patched.get(test)}")
-            failed |= bool(changed)
-        if "limit" in modes:
-            base = results.get((model, "unpatched"), {})
-            bad = sorted(
-                test
-                for test, outcome in results[model, "limit"].items()
-                if outcome in ("failed", "error") and base.get(test) not in ("failed", "error")
-            )
-            print(f"(b) {model}: {len(bad)} failure(s) with the default cache_limit (baseline failures excluded)")
-            for test in bad:
-                print(f"    {test}")
-            failed |= bool(bad)
+        for mode, chosen in batches:
+            found, called, seconds, cpu = run_files(root, chosen, mode, args.out, args.workers, args.pytest_args)
+            calls.update(called if mode == "limit" else {})
+            spent = [spent[0] + seconds, spent[1] + cpu]
+            times = [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
+            for family, tests in found.items():
+                results[family, mode] = tests
+                counts = Counter(tests.values())
+                numbers = [f"{counts[kind]:>7}" for kind in header[2:7]]
+                print(f"{family:<10} {mode:<10}", *numbers, *(times if len(chosen) == 1 else []), flush=True)
+            if len(chosen) > 1:
+                print(f"{mode + f' ({len(chosen)} files, one pytest)':<61}", *times, flush=True)
+    print(f"{'all runs':<61} {spent[0] / 60:>7.1f} {spent[1] / 60:>7.1f}")
+    lines, ok = checks(results, calls)
+    print(*lines, *named_lists(families, modes), sep="\n")
     print(f"logs and JUnit XML: {args.out}")
-    return 1 if failed else 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+"""Which of transformers' model files the external test bed runs, and in which modes: the runner's plan.
+
+No hand-written family list: the files are those of every family cachelimit serves (`cachelimit.supported_families()`,
+the registry) that the suite has a `tests/models/<family>/test_modeling_<family>.py` for, so a family served
+tomorrow is run tomorrow. A served family without a file, or whose file is set aside in `peer_reasons.FILES`,
+is printed as such, never dropped silently.
+
+The rotation (with `batches`) keeps CI's time bounded as families are added: `limit` (the bounded path) runs on every file;
+`unpatched` and `patched` (condition (a), which needs both) run on `size` consecutive files of the sorted list,
+starting at `day * size` (wrapping), where `day` is the UTC date as days since 1970-01-01. Consecutive days take
+adjacent windows, so every file is compared within ceil(files / size) days, and one day's choice is the same on
+every machine (`--day` reproduces another's).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("unpatched", "patched", "limit")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def served_families() -> list[str]:
+    """The registry's families, from this checkout's cachelimit (the one the suite's runs import)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    import cachelimit
+
+    return cachelimit.supported_families()
+
+
+def suite_file(family: str) -> str:
+    """The suite's file for `family`, relative to the suite's root."""
+    return f"tests/models/{family}/test_modeling_{family}.py"
+
+
+@dataclass
+class Discovery:
+    """The served families split by what the suite holds for them."""
+
+    #: served, with a file, run (sorted)
+    runnable: list[str]
+    #: served, no file in the suite
+    missing: list[str]
+    #: served, with a file that is not run -> why (peer_reasons.FILES)
+    set_aside: dict[str, str] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        """What is not run, for the runner's output: the families without a file, then each file set aside."""
+        missing = ", ".join(self.missing)
+        out = [f"served, no {suite_file('<family>')} in the suite, not run: {missing}"] if missing else []
+        out += [f"served, file not run: {name}: {reason}" for name, reason in self.set_aside.items()]
+        return out
+
+
+def discover(suite: Path, served: Iterable[str], set_aside: dict[str, str]) -> Discovery:
+    """Split `served` into families whose file in `suite` is run, those without a file, and those set aside."""
+    runnable, missing, aside = [], [], {}
+    for family in sorted(served):
+        if not (suite / suite_file(family)).is_file():
+            missing.append(family)
+        elif family in set_aside:
+            aside[family] = set_aside[family]
+        else:
+            runnable.append(family)
+    return Discovery(runnable, missing, aside)
+
+
+def utc_day(now: datetime.datetime | None = None) -> int:
+    """Days since 1970-01-01 in UTC: the rotation's default position."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return (now.astimezone(datetime.timezone.utc).date() - datetime.date(1970, 1, 1)).days
+
+
+def rotation(families: list[str], size: int, day: int) -> list[str]:
+    """`size` consecutive families of the sorted list, starting at `day * size`, wrapping (all if fewer)."""
+    ordered = sorted(families)
+    if size >= len(ordered):
+        return ordered
+    return sorted(ordered[(day * size + index) % len(ordered)] for index in range(size))
+
+
+def plan(families: list[str], modes: Iterable[str], rotate: int | None, day: int) -> list[tuple[str, str]]:
+    """(family, mode) runs in order: every mode on every family, or, with `rotate`, `unpatched`/`patched` only on
+    that day's rotation (`limit`, if asked for, on all)."""
+    modes = [mode for mode in MODES if mode in set(modes)]
+    compared = set(families if rotate is None else rotation(families, rotate, day))
+    return [(family, mode) for family in families for mode in modes if mode == "limit" or family in compared]
+
+
+def batches(runs: list[tuple[str, str]], batch: bool) -> list[tuple[str, list[str]]]:
+    """(mode, families) per pytest run: one per file and mode, or with `batch` one per mode over all its files, so
+    that the workers start and import torch and transformers once per mode, not once per file (most of a small
+    file's time)."""
+    if not batch:
+        return [(mode, [family]) for family, mode in runs]
+    modes = [mode for mode in MODES if any(m == mode for _, m in runs)]
+    return [(mode, [family for family, m in runs if m == mode]) for mode in modes]

@@ -1,0 +1,73 @@
+"""Every test of transformers' suites that the external test bed does not count as a pass, each with its reason.
+
+One module for the three lists, read by the plugin (which marks the tests) and by the runner (which skips files
+and prints the lists), so that nothing is left out silently and a reason is never far from its entry:
+
+- `SKIPS`: skipped in `limit` mode only; a default `cache_limit` cannot give transformers' own result for a
+  reason of cachelimit's design (documented, and checked by cachelimit's own tests instead). Keyed by test name,
+  any model file.
+- `BASELINE`: fails `unpatched`, because the suite is a 2026-08 transformers main snapshot (5.16.0.dev0) whose
+  model files do not all match the installed release (the mixins are 5.23.0's), or because the file itself is
+  broken: the snapshot's failures, not cachelimit's. Keyed by family, then test name. Marked
+  `xfail(strict=True)` in every mode, so an entry that starts passing fails the run (remove it then) and a
+  listed test still runs, so `patched` and `limit` see it.
+- `VACUOUS`: "passes" on the installed release without running its body (the snapshot's decorators do not fit
+  5.23.0's, so the test method returns the function it should have run). The plugin makes every test that returns
+  a value fail (unittest only warns), so none passes silently; these are `xfail(strict=True)` on that error,
+  every mode, any file, matched by exact name (a `parameterized.expand` base name is not its variants).
+- `FILES`: a served family's file that is not run at all (it does not collect on the installed release); keyed
+  by family.
+
+A failure of cachelimit's own goes in none of them: it fails the run until it is fixed.
+Test names match exactly or as `parameterized.expand` variants (`name_0_...`, `name_1_...`).
+"""
+
+from __future__ import annotations
+
+_RING_STORAGE = (
+    "checks each cache layer's raw key/value tensors against [batch, heads, positions, head_dim]; a BoundedCache "
+    "layer's tensors are its ring, grown geometrically (up to twice the positions it holds, in slot order), so "
+    "they are larger; the positions it holds are `get_seq_length()` / `kept_lengths()`, checked exactly by "
+    "cachelimit's tests/test_growth.py"
+)
+
+#: test name (the method, any model file) -> why it cannot pass with a default cache_limit (`limit` mode only)
+SKIPS: dict[str, str] = {
+    "test_generate_compile_model_forward_fullgraph": (
+        "compiles the forward with fullgraph=True around a DynamicCache by default; a BoundedCache plans every step "
+        "in Python (data-dependent slots and masks) and is not meant to be compiled"
+    ),
+    "test_greedy_generate_dict_outputs_use_cache": _RING_STORAGE,
+    "test_beam_search_generate_dict_outputs_use_cache": _RING_STORAGE,
+    "test_assisted_decoding_matches_greedy_search": _RING_STORAGE + " (of its greedy run)",
+}
+
+#: family -> test name -> why it fails unpatched on the installed release (every mode: strict xfail)
+BASELINE: dict[str, dict[str, str]] = {}
+
+#: test name (exact, any model file) -> why it checks nothing on the installed release (every mode: strict xfail)
+VACUOUS: dict[str, str] = {
+    "test_prompt_lookup_decoding_matches_greedy_search": (
+        "the snapshot's tests/generation/test_utils.py decorates it with a bare `@is_flaky` (no parentheses); "
+        "5.23.0's `is_flaky` is a decorator factory, so the test method returns the decorator and its body never "
+        "runs (assisted decoding keeps its DynamicCache under cachelimit anyway: a documented refusal)"
+    ),
+    "test_generate_from_inputs_embeds": (
+        "the bare name of a `parameterized.expand` test: 5.23.0's ModelTesterMixin.__init_subclass__ wraps every "
+        "test_* attribute in hub_retry, which makes the expanded-away base collectable again; it returns a bound "
+        "method and checks nothing. Its variants (_0_greedy, _1_beam_search) are the real tests and run"
+    ),
+}
+
+#: family -> why its file is not run
+FILES: dict[str, str] = {}
+
+
+def match(name: str, reasons: dict[str, str]) -> str | None:
+    """The reason for test `name` in `reasons`: its own entry, or that of the test it is a `parameterized.expand`
+    variant of (`name_<digit>...`; `test_x_with_sampling` is another test than `test_x`)."""
+    for listed, reason in reasons.items():
+        suffix = name[len(listed) :]
+        if name.startswith(listed) and (not suffix or (suffix[0] == "_" and suffix[1:2].isdigit())):
+            return reason
+    return None
