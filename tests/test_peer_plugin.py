@@ -7,8 +7,6 @@ where this machine has it: no entry for a test it does not hold).
 
 from __future__ import annotations
 
-import datetime
-import importlib
 import os
 import re
 import subprocess
@@ -18,7 +16,6 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
-from parameterized import parameterized
 from transformers import DynamicCache, GenerationConfig
 
 import cachelimit
@@ -26,16 +23,10 @@ from cachelimit import BoundedCache
 
 from .cli_helpers import REPO
 from .common import build_tiny_model, left_padded_batch
+from .peer_helpers import EXTERNAL, external
 from .registry_helpers import seen_caches
 
-EXTERNAL = REPO / "tests" / "external"
 SUITE = REPO.parent / "shared" / "peer-suite" / "transformers-tests"
-
-
-def external(name: str):
-    """A module of tests/external/, imported as the runner imports it (that folder first on the path)."""
-    with mock.patch.object(sys, "path", [str(EXTERNAL), *sys.path]):
-        return importlib.import_module(name)
 
 
 plugin, plan, reasons = external("peer_plugin"), external("peer_plan"), external("peer_reasons")
@@ -206,40 +197,6 @@ class DiscoveryTest(unittest.TestCase):
             ]:
                 with self.assertRaisesRegex(SystemExit, pattern):
                     choose(models, found, served, ["unpatched", "limit"], suite)
-
-
-class RotationTest(unittest.TestCase):
-    FAMILIES = [f"f{index:02d}" for index in range(11)]
-
-    @parameterized.expand([(1,), (3,), (4,), (11,), (20,)])
-    def test_consecutive_days_cover_every_file(self, size):
-        days = -(-len(self.FAMILIES) // size)
-        seen = set()
-        for day in range(1000, 1000 + days):
-            chosen = plan.rotation(self.FAMILIES, size, day)
-            self.assertEqual(len(chosen), min(size, len(self.FAMILIES)))
-            self.assertEqual(plan.rotation(list(reversed(self.FAMILIES)), size, day), chosen)
-            seen |= set(chosen)
-        self.assertEqual(seen, set(self.FAMILIES))
-
-    def test_day_is_the_utc_date(self):
-        late = datetime.datetime(2026, 12, 1, 23, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))
-        self.assertEqual(plan.utc_day(late), (datetime.date(2026, 12, 2) - datetime.date(1970, 1, 1)).days)
-
-    def test_plan_runs_limit_everywhere_and_compares_the_rotation(self):
-        runs = plan.plan(self.FAMILIES, ["limit", "patched", "unpatched"], 3, day=0)
-        self.assertEqual([family for family, mode in runs if mode == "limit"], self.FAMILIES)
-        for mode in ("unpatched", "patched"):
-            self.assertEqual([family for family, m in runs if m == mode], ["f00", "f01", "f02"])
-        self.assertEqual(runs[:3], [("f00", "unpatched"), ("f00", "patched"), ("f00", "limit")])
-        self.assertEqual(len(plan.plan(self.FAMILIES, plan.MODES, None, day=0)), 33)
-
-    def test_batches_one_pytest_per_mode_or_per_file(self):
-        runs = plan.plan(["a", "b", "c"], plan.MODES, 1, day=1)
-        self.assertEqual(plan.batches(runs, batch=False), [(mode, [family]) for family, mode in runs])
-        expected = [("unpatched", ["b"]), ("patched", ["b"]), ("limit", ["a", "b", "c"])]
-        self.assertEqual(plan.batches(runs, batch=True), expected)
-        self.assertEqual(plan.batches([], batch=True), [])
 
 
 class ChecksTest(unittest.TestCase):

@@ -5,11 +5,12 @@ the registry) that the suite has a `tests/models/<family>/test_modeling_<family>
 tomorrow is run tomorrow. A served family without a file, or whose file is set aside in `peer_reasons.FILES`,
 is printed as such, never dropped silently.
 
-The rotation (with `batches`) keeps CI's time bounded as families are added: `limit` (the bounded path) runs on every file;
-`unpatched` and `patched` (condition (a), which needs both) run on `size` consecutive files of the sorted list,
-starting at `day * size` (wrapping), where `day` is the UTC date as days since 1970-01-01. Consecutive days take
-adjacent windows, so every file is compared within ceil(files / size) days, and one day's choice is the same on
-every machine (`--day` reproduces another's).
+The rotation (with `batches`) keeps CI's time bounded as families are added: `unpatched` and `patched`
+(condition (a), which needs both) run on `size` consecutive files of the sorted list, starting at `day * size`
+(wrapping), where `day` is the UTC date as days since 1970-01-01, and `limit` (the bounded path) on every file or,
+once there are too many for CI's budget, on its own, larger rotation. Consecutive days take adjacent windows, so
+every file is run within ceil(files / size) days, and one day's choice is the same on every machine (`--day`
+reproduces another's).
 """
 
 from __future__ import annotations
@@ -84,12 +85,17 @@ def rotation(families: list[str], size: int, day: int) -> list[str]:
     return sorted(ordered[(day * size + index) % len(ordered)] for index in range(size))
 
 
-def plan(families: list[str], modes: Iterable[str], rotate: int | None, day: int) -> list[tuple[str, str]]:
+def plan(
+    families: list[str], modes: Iterable[str], rotate: int | None, day: int, rotate_limit: int | None = None
+) -> list[tuple[str, str]]:
     """(family, mode) runs in order: every mode on every family, or, with `rotate`, `unpatched`/`patched` only on
-    that day's rotation (`limit`, if asked for, on all)."""
+    that day's rotation of `rotate` files, and with `rotate_limit`, `limit` only on its rotation of that many."""
     modes = [mode for mode in MODES if mode in set(modes)]
     compared = set(families if rotate is None else rotation(families, rotate, day))
-    return [(family, mode) for family in families for mode in modes if mode == "limit" or family in compared]
+    bounded = set(families if rotate_limit is None else rotation(families, rotate_limit, day))
+    return [
+        (family, mode) for family in families for mode in modes if family in (bounded if mode == "limit" else compared)
+    ]
 
 
 def batches(runs: list[tuple[str, str]], batch: bool) -> list[tuple[str, list[str]]]:

@@ -1,7 +1,7 @@
 """Run transformers' own model test suites against cachelimit, for every family it serves: the external test bed.
 
     python tests/external/run_peer_suite.py                      # every served family's file, all three modes
-    python tests/external/run_peer_suite.py --rotate 3 --batch   # CI: limit on every file, (a) on 3 of them
+    python tests/external/run_peer_suite.py --rotate 3 --rotate-limit 12 --batch   # CI: limit on 12 files, (a) on 3
     python tests/external/run_peer_suite.py --models gpt2 --modes limit -- -x -k generate
 
 The suites are third-party (transformers' `tests/`, kept outside this repository: `--suite`, default
@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rotate", type=int, metavar="K", help="unpatched and patched on K files only: the day's rotation (peer_plan)"
     )
+    parser.add_argument(
+        "--rotate-limit", type=int, metavar="M", help="limit on M files only: the day's rotation (default: every file)"
+    )
     parser.add_argument("--day", type=int, default=peer_plan.utc_day(), help="rotation day (default: today, UTC)")
     parser.add_argument(
         "--suite", type=Path, default=default_suite(), help="transformers' tests (default: %(default)s)"
@@ -218,17 +221,20 @@ def main(argv: list[str] | None = None) -> int:
     modes = [mode for mode in args.modes.split(",") if mode]
     if not modes or set(modes) - set(peer_plan.MODES):
         parser.error(f"--modes: choose from {', '.join(peer_plan.MODES)}, got {args.modes!r}")
-    if args.rotate is not None and args.rotate < 1:
-        parser.error("--rotate: at least 1")
+    for flag, value in (("--rotate", args.rotate), ("--rotate-limit", args.rotate_limit)):
+        if value is not None and value < 1:
+            parser.error(f"{flag}: at least 1, got {value}")
     served = peer_plan.served_families()
     found = peer_plan.discover(args.suite, served, peer_reasons.FILES)
     families = choose(args.models, found, served, modes, args.suite)
-    runs = peer_plan.plan(families, modes, args.rotate, args.day)
+    runs = peer_plan.plan(families, modes, args.rotate, args.day, args.rotate_limit)
     print(f"served families: {len(served)}; with a file in the suite, run: {len(found.runnable)}")
     print(*found.lines(), sep="\n")
-    if args.rotate is not None:
-        compared = peer_plan.rotation(families, args.rotate, args.day)
-        print(f"rotation, day {args.day}: unpatched and patched on {', '.join(compared)}; limit on every file")
+    if args.rotate is not None or args.rotate_limit is not None:
+        for mode in modes:
+            chosen = [family for family, m in runs if m == mode]
+            every = " (every file)" if len(chosen) == len(families) else ""
+            print(f"rotation, day {args.day}: {mode} on {len(chosen)}{every}: {', '.join(chosen)}")
     args.out = args.out.resolve()  # pytest runs in the suite's copy: a relative path would land there
     args.suite = args.suite.resolve()
     args.out.mkdir(parents=True, exist_ok=True)

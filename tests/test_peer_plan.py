@@ -1,0 +1,54 @@
+"""The external test bed's plan (tests/external/peer_plan.py): the day's rotations cover every file, the same on
+every machine, and the runs per mode and per pytest follow from them."""
+
+from __future__ import annotations
+
+import datetime
+import unittest
+
+from parameterized import parameterized
+
+from .peer_helpers import external
+
+plan = external("peer_plan")
+
+
+class RotationTest(unittest.TestCase):
+    FAMILIES = [f"f{index:02d}" for index in range(11)]
+
+    @parameterized.expand([(1,), (3,), (4,), (11,), (20,)])
+    def test_consecutive_days_cover_every_file(self, size):
+        days = -(-len(self.FAMILIES) // size)
+        seen = set()
+        for day in range(1000, 1000 + days):
+            chosen = plan.rotation(self.FAMILIES, size, day)
+            self.assertEqual(len(chosen), min(size, len(self.FAMILIES)))
+            self.assertEqual(plan.rotation(list(reversed(self.FAMILIES)), size, day), chosen)
+            seen |= set(chosen)
+        self.assertEqual(seen, set(self.FAMILIES))
+
+    def test_day_is_the_utc_date(self):
+        late = datetime.datetime(2026, 12, 1, 23, 30, tzinfo=datetime.timezone(datetime.timedelta(hours=-5)))
+        self.assertEqual(plan.utc_day(late), (datetime.date(2026, 12, 2) - datetime.date(1970, 1, 1)).days)
+
+    def test_plan_runs_limit_everywhere_and_compares_the_rotation(self):
+        runs = plan.plan(self.FAMILIES, ["limit", "patched", "unpatched"], 3, day=0)
+        self.assertEqual([family for family, mode in runs if mode == "limit"], self.FAMILIES)
+        for mode in ("unpatched", "patched"):
+            self.assertEqual([family for family, m in runs if m == mode], ["f00", "f01", "f02"])
+        self.assertEqual(runs[:3], [("f00", "unpatched"), ("f00", "patched"), ("f00", "limit")])
+        self.assertEqual(len(plan.plan(self.FAMILIES, plan.MODES, None, day=0)), 33)
+
+    def test_limit_rotates_on_its_own_when_asked(self):
+        runs = plan.plan(self.FAMILIES, plan.MODES, 3, day=1, rotate_limit=5)
+        self.assertEqual([family for family, mode in runs if mode == "limit"], ["f05", "f06", "f07", "f08", "f09"])
+        self.assertEqual([family for family, mode in runs if mode == "patched"], ["f03", "f04", "f05"])
+        days = [{family for family, _ in plan.plan(self.FAMILIES, ["limit"], None, day, 5)} for day in range(3)]
+        self.assertEqual(set.union(*days), set(self.FAMILIES))
+
+    def test_batches_one_pytest_per_mode_or_per_file(self):
+        runs = plan.plan(["a", "b", "c"], plan.MODES, 1, day=1)
+        self.assertEqual(plan.batches(runs, batch=False), [(mode, [family]) for family, mode in runs])
+        expected = [("unpatched", ["b"]), ("patched", ["b"]), ("limit", ["a", "b", "c"])]
+        self.assertEqual(plan.batches(runs, batch=True), expected)
+        self.assertEqual(plan.batches([], batch=True), [])
