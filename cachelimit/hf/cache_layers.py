@@ -63,8 +63,7 @@ def hybrid_layer_class() -> type:
             BoundedLayer.reset(self)
 
         def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-            linear.reorder_cache(self, beam_idx)
-            BoundedLayer.reorder_cache(self, beam_idx)
+            self.batch_select_indices(beam_idx)  # both parts, once each
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             select_states(self, indices)

@@ -1,9 +1,9 @@
 """Every difference between the transformers releases cachelimit supports, in one place.
 
 cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
-CI matrix runs green (setup.py declares the same). The releases differ in a few small ways that matter to it; each is one constant or function here, named after what it does and commented with
-the release it belongs to, so the rest of the code never compares versions and a new release is handled by
-adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
+CI matrix runs green (setup.py declares the same). Each difference that matters is one constant or function here,
+commented with the release it belongs to, so the rest of the code never compares versions and a new release is
+handled by adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
 
 Where a difference can be bridged it is (a name, a missing method); where it cannot (a feature an old
 release lacks), the feature is refused with an error that names the release it needs (`require`).
@@ -142,7 +142,10 @@ def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
     through the LM's `forward`, past the LM's own hooks)."""
     decoder = model.get_decoder()
-    return model.base_model if decoder is model else decoder
+    body = model.base_model if decoder is model else decoder
+    if body is model:  # a prefix that names no attribute (Llama 4's `language_model`): the decoder is its `model`
+        body = getattr(model, "model", model)
+    return body
 
 
 # --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
@@ -159,14 +162,9 @@ CHUNKED_PREFILL_IGNORES_PADDING = not at_least("5.0.0")
 def chunk_positions_ignore_padding(position_ids: torch.Tensor | None, cache_position: torch.Tensor | None) -> bool:
     """Whether `position_ids` are the padding-blind ones a 4.x chunked prefill passes (a bounded run then uses
     the positions it computes from the mask, as every 5.x release and the non-chunked path do)."""
-    if (
-        not CHUNKED_PREFILL_IGNORES_PADDING
-        or position_ids is None
-        or cache_position is None
-        or position_ids.dim() != 2
-    ):
+    if not CHUNKED_PREFILL_IGNORES_PADDING or position_ids is None or cache_position is None:
         return False
-    if position_ids.shape[-1] != cache_position.shape[-1]:
+    if position_ids.dim() != 2 or position_ids.shape[-1] != cache_position.shape[-1]:
         return False
     return bool((position_ids == cache_position.to(position_ids.device)[None]).all())
 
