@@ -7,6 +7,7 @@ Every family's shape comes from its own test declaration (`tests/models/test_<fa
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,7 +43,8 @@ def declared(family: str):
 
 def tiny_config(family: str, num_hidden_layers: int = 2, vocab_size: int = VOCAB, **overrides: Any):
     """A config of the family's tiny shape (its declaration's `tiny_config`, then `overrides`); a `layer_types` tuple
-    is a pattern repeated over the layers."""
+    is a pattern repeated over the layers, and a callable value is called with the number of layers (Gemma 4's KV
+    sharing covers all layers but the first two)."""
     runtime = cachelimit.FAMILIES[family]
     config_class = runtime.config_class
     declared_fields = compat.config_fields(config_class)
@@ -50,9 +52,11 @@ def tiny_config(family: str, num_hidden_layers: int = 2, vocab_size: int = VOCAB
     shared = {key: value for key, value in ROPE_TINY.items() if key in declared_fields or key == "pad_token_id"}
     shared = shared if runtime.positions == ROPE else {}
     values = {**shared, **declared(family).tiny_config, **overrides}
-    pattern = values.get("layer_types")
-    if isinstance(pattern, tuple):
-        values["layer_types"] = [pattern[i % len(pattern)] for i in range(num_hidden_layers)]
+    values = {key: value(num_hidden_layers) if callable(value) else value for key, value in values.items()}
+    for key in ("layer_types", "layers_block_type"):
+        pattern = values.get(key)
+        if isinstance(pattern, tuple):
+            values[key] = [pattern[i % len(pattern)] for i in range(num_hidden_layers)]
     return config_class(vocab_size=vocab_size, num_hidden_layers=num_hidden_layers, **values)
 
 
@@ -92,9 +96,28 @@ def left_padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def not_served_here(family: str) -> str | None:
+    """Why the installed transformers cannot run `family` (its model classes came later, or its modeling code here is
+    one cachelimit refuses: `Family.since`), or None. Tests of such a family are skipped with this reason; the
+    refusals themselves are tested (`tests/test_families.py`)."""
+    runtime = cachelimit.FAMILIES[family]
+    if not runtime.available:
+        return f"transformers {compat.TRANSFORMERS} has no {', '.join(runtime.class_names)} (a later release)"
+    if runtime.since is not None and not compat.at_least(getattr(compat, runtime.since[1])):
+        return f"{family} needs transformers >= {getattr(compat, runtime.since[1])} ({runtime.since[0]})"
+    return None
+
+
 class FamilyTestBase:
     """What every family test reads: the family's runtime entry (`cachelimit.FAMILIES[family]`) and, from its test
-    declaration, what the tests need to know about it."""
+    declaration, what the tests need to know about it. A family the installed transformers cannot run is skipped,
+    with the reason (`not_served_here`)."""
+
+    def setUp(self):
+        super().setUp()
+        reason = not_served_here(self.family)
+        if reason is not None:
+            self.skipTest(reason)
 
     family: str
     #: config keyword arguments of its tiny shape (on top of `ROPE_TINY` for RoPE families); layer mixes as the
@@ -134,3 +157,50 @@ def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     if compat.has_separate_local_rotary(model):
         test.skipTest("transformers 4.x Gemma 3 has a second rotary module for its sliding layers: sinks need 5.0.0")
+
+
+@dataclass(frozen=True)
+class LayerWidths:
+    """What one bounded layer stores per slot (elements: heads x dims), as transformers' own cache stores it: `key`,
+    `value`, and `rotated`, the width of the tensor its positions are in (0: none; a RoPE layer with sinks keeps an
+    un-rotated copy of that tensor's sink slots). MLA layers store values of their own size, or (recent releases) the
+    compressed latent as keys and the rotary key as values."""
+
+    key: int
+    value: int
+    rotated: int
+
+
+def kv_layout(model) -> list[LayerWidths]:
+    """Per decoder layer that keeps keys and values of its own, read from transformers' own cache (not cachelimit's)
+    after two forwards over the same tokens at positions 0.. and 7..: in a RoPE model, the stored tensor that changes
+    with the positions is the one that carries them (layers without positions: neither)."""
+    from transformers import DynamicCache
+
+    stored = []
+    for offset in (0, 7):
+        cache = DynamicCache(config=model.config)
+        tokens = torch.tensor([[1, 2, 3]])
+        with torch.no_grad():
+            model(input_ids=tokens, position_ids=torch.arange(3)[None] + offset, use_cache=True,
+                  **{compat.CACHE_ARGUMENT: cache})  # fmt: skip
+        layers = [layer for layer in cache.layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+        stored.append([(layer.keys, layer.values) for layer in layers if layer.keys.numel()])
+    rope = cachelimit.FAMILIES[model.config.model_type].uses_rope
+    layout = []
+    for (keys, values), (moved_keys, moved_values) in zip(*stored, strict=True):
+        key, value = keys.shape[1] * keys.shape[-1], values.shape[1] * values.shape[-1]
+        rotated = 0
+        if rope and not torch.allclose(keys, moved_keys, atol=1e-6):
+            rotated = key
+        elif rope and not torch.allclose(values, moved_values, atol=1e-6):
+            rotated = value
+        layout.append(LayerWidths(key, value, rotated))
+    return layout
+
+
+def expected_bytes(model, batch: int, sinks: int, capacity: int, bytes_per_element: int = 4) -> int:
+    """Bytes a bounded cache of `model` holds for `batch` rows with `sinks` sink slots and `capacity` ring slots in
+    every bounded layer (the un-rotated sink copies of its RoPE layers included)."""
+    per_row = sum((layer.key + layer.value) * (sinks + capacity) + layer.rotated * sinks for layer in kv_layout(model))
+    return batch * per_row * bytes_per_element

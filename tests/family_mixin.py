@@ -17,7 +17,7 @@ from parameterized import parameterized
 import cachelimit
 from cachelimit import BoundedCache
 from cachelimit.hf import compat
-from tests.common import ATTENTION, FamilyTestBase, build_tiny_model, head_dim, kv_heads, left_padded_batch
+from tests.common import ATTENTION, FamilyTestBase, build_tiny_model, expected_bytes, left_padded_batch
 from tests.reference import generated_step_logits, native_sliding_window_model
 from tests.sink_mixin import SinkHelpers
 
@@ -77,11 +77,9 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
             cache = self.generate(model, ids, mask, 5, num_sink_tokens=sinks or None).past_key_values
             self.assertIsInstance(cache, BoundedCache)
             self.assertTrue(torch.equal(cache.kept_lengths(), torch.tensor([5, 5])))
-            per_head = kv_heads(model.config) * head_dim(model.config) * 4  # float32
-            # RoPE layers also keep their sink keys un-rotated; layers without positions (NoPE) do not
-            rotating = sum(getattr(model.config, "no_rope_layers", None) or [1] * 3) if self.uses_rope else 0
-            unrotated = 2 * sinks * per_head * rotating  # rows * sinks * ...
-            self.assertEqual(cache.kv_bytes(), 3 * 2 * 2 * 6 * per_head + unrotated)  # layers * rows * k/v * slots
+            # 2 rows, L + 1 = 6 slots per bounded layer (S sinks and a ring of L - S + 1); RoPE layers also keep their
+            # sink keys un-rotated, layers without positions (NoPE) do not (`kv_layout` reads which, from the model)
+            self.assertEqual(cache.kv_bytes(), expected_bytes(model, 2, sinks, 6 - sinks))
 
     @parameterized.expand([("prefill", None), ("chunked", 3)])
     def test_oracle_sinks_match_reference(self, _, chunk):

@@ -11,10 +11,12 @@ from __future__ import annotations
 import torch
 from parameterized import parameterized
 
-from tests.common import left_padded_batch
+from cachelimit import BoundedLayer
+from tests.common import kv_layout, left_padded_batch
 from tests.family_mixin import ATTENTION, NEW, OracleHelpers
 from tests.reference import generated_step_logits
 from tests.sink_mixin import SinkHelpers
+from tests.sink_reference import StreamingReference
 
 
 class HybridOracleMixin(OracleHelpers, SinkHelpers):
@@ -65,8 +67,74 @@ class HybridOracleMixin(OracleHelpers, SinkHelpers):
         out, logits = self.run_sinks(model, ids, mask, 5, 2, 14)
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 5, 2)
 
-    def test_hybrid_sinks_with_smaller_sliding_window_refused(self):
+    @parameterized.expand([(None,), (2,)])
+    def test_hybrid_sinks_with_smaller_sliding_window_match_reference(self, chunk):
+        """The sliding layers keep min(L, W - 1) = 3 positions (2 sinks, 1 recent), the full layers L = 6 (2 sinks, 4
+        recent): each type runs StreamingLLM over what it keeps, in its own position frame."""
+        model = self.build_hybrid(window=4)
+        ids, mask = left_padded_batch([9, 3], seed=5)
+        out, logits = self.run_sinks(model, ids, mask, 6, 2, 14, prefill_chunk_size=chunk)
+        kept = out.past_key_values.kept_lengths_by_type()
+        self.assertTrue(torch.equal(kept["sliding_attention"], torch.tensor([3, 3])))
+        self.assertTrue(torch.equal(kept["full_attention"], torch.tensor([6, 6])))
+        self.assert_sinks_match_reference(model, ids, mask, out, logits, 6, 2, window_prefill=chunk is not None)
+        if not self.uses_rope:
+            return
+        # the comparison can fail: one kept count for both types, or keys left at their absolute positions
+        prompt = ids[:1, mask[0].bool()]
+        for wrong in (dict(every_type_keeps=6), dict(cache_relative=False)):
+            expected = StreamingReference(model, 6, 2, **wrong).greedy(prompt, 14, chunk is not None)[1]
+            self.assertGreater((logits[0] - expected).abs().max().item(), 10 * self.sink_atol, wrong)
+
+    def test_hybrid_sinks_filling_the_sliding_window_refused(self):
+        """Sinks must leave a recent position in every type's window: S = 3 fills what W = 4 keeps."""
         model = self.build_hybrid(window=4)
         ids, mask = left_padded_batch([5], seed=5)
-        with self.assertRaisesRegex(ValueError, "num_sink_tokens.*sliding_window=4"):
-            model.generate(ids, attention_mask=mask, cache_limit=6, num_sink_tokens=1, max_new_tokens=2)
+        with self.assertRaisesRegex(ValueError, r"num_sink_tokens.*\[0, 2\].*sliding_window=4"):
+            model.generate(ids, attention_mask=mask, cache_limit=6, num_sink_tokens=3, max_new_tokens=2)
+
+
+class KVSharingOracleMixin(OracleHelpers, SinkHelpers):
+    """Layers that read another layer's keys and values (Gemma 3n, Gemma 4: the last `num_kv_shared_layers`, each
+    reading the last earlier layer of its type): they keep no cache of their own, and read the bounded cache of the
+    layer they share with, under that layer's plan and mask. Five layers: two of their own, three sharing."""
+
+    def build_sharing(self, attn=None, window: int = 4):
+        model = self.build(attn, layers=5, sliding_window=window)
+        self.assertEqual(model.config.num_kv_shared_layers, 3)
+        return model
+
+    def test_sharing_layers_keep_no_cache(self):
+        model = self.build_sharing()
+        ids, mask = left_padded_batch([9, 5], seed=1)
+        cache = self.generate(model, ids, mask, 6).past_key_values
+        self.assertEqual(len(cache.bounded_layers), 2)  # the two layers of their own
+        self.assertTrue(all(layer.keys is None for layer in cache.layers if not isinstance(layer, BoundedLayer)))
+        layout = kv_layout(model)  # transformers' own cache keeps the same two layers
+        self.assertEqual(len(layout), 2)
+        sliding, full = layout  # rings of min(L, W - 1) + 1 = 4 and L + 1 = 7 slots, 2 rows, float32
+        self.assertEqual(cache.kv_bytes(), 2 * 4 * ((sliding.key + sliding.value) * 4 + (full.key + full.value) * 7))
+
+    @parameterized.expand([(attn,) for attn in ATTENTION])
+    def test_sharing_not_cutting_equals_transformers(self, attn):
+        model = self.build_sharing(attn)
+        ids, mask = left_padded_batch([9, 5], seed=1)
+        self.assert_same_run(self.generate(model, ids, mask, 40), self.generate(model, ids, mask, None))
+
+    @parameterized.expand([(attn, chunk) for attn in ATTENTION for chunk in (None, 2)])
+    def test_sharing_cutting_matches_banded_reference(self, attn, chunk):
+        model = self.build_sharing(attn)
+        ids, mask = left_padded_batch([11, 4], seed=2)
+        bounded = self.generate(model, ids, mask, 6, prefill_chunk_size=chunk)
+        expected = self.assert_reference(model, bounded, mask, 6, window_prefill=chunk is not None)
+        wrong = generated_step_logits(
+            model, bounded.sequences, mask, 6, window_prefill=chunk is not None, every_layer_reads="full_attention"
+        )
+        self.assertGreater((wrong - expected).abs().max().item(), 100 * 1e-5)
+
+    @parameterized.expand([(None,), (3,)])
+    def test_sharing_sinks_match_reference(self, chunk):
+        model = self.build_sharing()
+        ids, mask = left_padded_batch([9, 3], seed=4)
+        out, logits = self.run_sinks(model, ids, mask, 6, 2, 14, prefill_chunk_size=chunk)
+        self.assert_sinks_match_reference(model, ids, mask, out, logits, 6, 2, window_prefill=chunk is not None)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import torch
 
-from cachelimit.hf.masks import transformers_mask as attention_mask_for
+from tests.layer_masks import CHUNKED, SLIDING, attention_types, chunk_of, model_masks, native_size
 
 
 def banded_visibility(
@@ -36,6 +36,7 @@ def banded_visibility(
     limit: int,
     full_attention_spans: Sequence[tuple[int, int]] = (),
     native_window: int | None = None,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """[B, T, T] booleans: may the token in column i read the token in column j?
 
@@ -43,7 +44,8 @@ def banded_visibility(
     a bounded cache keeps, plus the new token). A token inside one of the `full_attention_spans` (start, end)
     was processed by a multi-token forward that read the whole kept past causally: it reads every real column
     from `start - limit` on (the default prefill is the span (0, prompt_length): full causal attention).
-    `native_window` (a model's own `sliding_window`, itself included) is applied on top.
+    `native_window` (a model's own `sliding_window`, itself included) and `chunk` (chunked attention: only the
+    query's own chunk, counted from the row's first real token) are applied on top.
     A token always reads itself, so pad rows stay finite (their outputs are never compared).
     """
     batch, width = attention_mask.shape
@@ -57,6 +59,9 @@ def banded_visibility(
     if native_window is not None:
         visible &= key > query - native_window
     visible = visible[None] & attention_mask.bool()[:, None, :]
+    if chunk is not None:
+        chunks = chunk_of(torch.arange(width, device=device), attention_mask, chunk)
+        visible &= chunks[:, :, None] == chunks[:, None, :]
     return visible | torch.eye(width, dtype=torch.bool, device=device)[None]
 
 
@@ -68,11 +73,12 @@ def real_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def banded_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, visibility):
     """Logits [B, T, V] of one cache-free forward over `input_ids` where token i reads `visibility[:, i]` (a dict:
-    one visibility per layer type, handed to hybrid models as the dict of masks their modeling code accepts)."""
-    if isinstance(visibility, dict):
-        mask = {kind: attention_mask_for(model.config, seen, model.dtype) for kind, seen in visibility.items()}
-    else:
-        mask = attention_mask_for(model.config, visibility, model.dtype)
+    one visibility per attention type, handed to hybrid models as the dict of masks their modeling code accepts, with
+    the padding mask for their recurrent layers)."""
+    if not isinstance(visibility, dict):
+        (kind,) = attention_types(model.config)
+        visibility = {kind: visibility}
+    mask = model_masks(model, visibility, attention_mask)
     output = model(
         input_ids=input_ids,
         attention_mask=mask,
@@ -100,8 +106,9 @@ def generated_step_logits(
     """Reference float32 logits [B, new, V] for every generation step of `sequences` (teacher forced): step t
     predicts generated token t, as `generate(output_logits=True)` reports it.
 
-    `every_layer_reads="full_attention"` (or "sliding_attention") gives every layer of a hybrid model that layer
-    type's window: a deliberately wrong reference, for tests to show that theirs can fail.
+    Each attention type of a hybrid model reads its own visibility (`type_visibility`); its recurrent layers read
+    every token, as they do in the bounded run. `every_layer_reads="full_attention"` (or another type) gives every
+    layer of a hybrid model that type's window: a deliberately wrong reference, for tests to show theirs can fail.
 
     The prompt is read with full attention unless `window_prefill` (a chunked prefill obeys the window);
     `full_attention_spans` overrides that (e.g. new prompt tokens appended to a returned cache). A model's
@@ -111,21 +118,22 @@ def generated_step_logits(
     mask = extended_mask(prompt_mask, sequences)
     if full_attention_spans is None:
         full_attention_spans = [] if window_prefill else [(0, prompt)]
-    layer_types = set(getattr(model.config, "layer_types", None) or ())
-    if layer_types == {"full_attention", "sliding_attention"}:  # hybrid: each layer type reads its own window
-        window = model.config.sliding_window
-        visibility = {
-            "full_attention": banded_visibility(mask, limit, full_attention_spans),
-            "sliding_attention": banded_visibility(
-                mask, min(limit, window - 1), full_attention_spans, native_window=window
-            ),
-        }
-        if every_layer_reads is not None:
-            visibility = dict.fromkeys(visibility, visibility[every_layer_reads])
-    else:
-        native = uniform_native_window(model.config)
-        visibility = banded_visibility(mask, limit, full_attention_spans, native_window=native)
+    types = attention_types(model.config)
+    visibility = {kind: type_visibility(model.config, kind, mask, limit, full_attention_spans) for kind in types}
+    if every_layer_reads is not None:
+        visibility = dict.fromkeys(visibility, visibility[every_layer_reads])
     return banded_logits(model, sequences, mask, visibility)[:, prompt - 1 : -1].float()
+
+
+def type_visibility(config, kind: str, mask: torch.Tensor, limit: int, spans) -> torch.Tensor:
+    """The banded visibility of one attention type (each type of a hybrid reads its own): full attention keeps the
+    limit; a sliding window W keeps min(L, W - 1) and applies W; chunks of C keep min(L, C - 1) and apply the chunk."""
+    size = native_size(config, kind)
+    if kind == SLIDING:
+        return banded_visibility(mask, min(limit, size - 1), spans, native_window=size)
+    if kind == CHUNKED:
+        return banded_visibility(mask, min(limit, size - 1), spans, chunk=size)
+    return banded_visibility(mask, limit, spans)
 
 
 def uniform_native_window(config) -> int | None:

@@ -90,7 +90,8 @@ class SinkHelpers(FamilyTestBase):
             return
         for row in range(ids.shape[0]):
             prompt = ids[row : row + 1, mask[row].bool()]
-            reference = StreamingReference(model, limit, sinks)
+            pads = int((~mask[row].bool()).sum())  # Llama 4's temperature counts them, as transformers does
+            reference = StreamingReference(model, limit, sinks, left_pads=pads)
             tokens, expected = reference.greedy(prompt, new, token_by_token_prefill=window_prefill)
             self.assertEqual(out.sequences[row, width:].tolist(), tokens.tolist(), f"row {row}")
             torch.testing.assert_close(logits[row], expected, atol=self.sink_atol, rtol=0, msg=f"row {row}")

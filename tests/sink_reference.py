@@ -8,23 +8,30 @@ reads key `j <= i` (a real token) if `j` is in its window (the last `L - S` colu
 row's first `S` real tokens, or (for a query of a multi-token full-attention forward starting at column `s`)
 `j >= s - (L - S)`, i.e. the kept past plus everything new. It always reads itself, so pad queries stay finite.
 
-RoPE (every RoPE family): `StreamingReference` does it the original StreamingLLM way, one forward per step:
-- every token's *un-rotated* key and its value are recorded at the moment the token is processed (so later
-  layers keep the keys computed from what the token attended to then): the model's own
-  `apply_rotary_pos_emb` (looked up by the attention at call time in its modeling module) is wrapped to
-  record the key it is given, i.e. after whatever the family applies first (q/k norms in Qwen3, OLMo 2,
-  Gemma 3; the split of a fused qkv projection in GPT-NeoX, Phi-3; the rotary slice in Phi), and a recording
-  cache pairs it with the layer that stores it. A layer that stores a key without rotating it (SmolLM3's
-  NoPE layers) records the stored key itself;
-- the rotation of each layer at each position is read from the model's own forward too: one probe forward
-  over positions 0..N-1 records the cos/sin every layer's `apply_rotary_pos_emb` receives (Gemma 3's local
-  and global bases, partial rotary dims), so no rotary module is looked up here;
-- before each forward the kept tokens (the first `S` tokens + the most recent `L - S`) are put in a fresh
-  transformers `DynamicCache`, every key rotated (with those cos/sin and the model's `apply_rotary_pos_emb`)
-  to its *cache-relative* position: the kept tokens in order sit at 0, 1, 2, ...;
-- the new tokens get `position_ids = number of cached keys + 0, 1, ...`, and the model's own forward computes
-  attention over that cache (causal among the new tokens);
-- afterwards the tokens beyond the kept set are dropped.
+RoPE (every RoPE family, hybrids included): `StreamingReference` does it the original StreamingLLM way, one forward
+per step:
+- every token's key and value are recorded as the model stores them, with the position they were written at, at
+  the moment the token is processed (so later layers keep the keys computed from what the token attended to then);
+- each attention type keeps its own set (StreamingLLM over what the type keeps: the first `S` tokens and the most
+  recent `L_t - S`, with `L_t = L` for full attention, `min(L, W - 1)` under a sliding window `W`, `min(L, S + C - 1)`
+  under chunks of `C`), and each type gets its own *position frame*: its kept keys sit at consecutive positions ending
+  just before one query position `P` shared by all types (`P` = the longest kept set), since RoPE scores depend only
+  on distances; the keys are moved there from where they were written;
+- a key is moved with the family's rotation (`cachelimit.hf.layout`'s finder for the family: the one piece of the
+  library the reference uses), but only after the reference has checked it against the model itself: two forwards
+  over the same tokens at positions `0..n-1` and `d..d+n-1` must store keys that the rotation by `d` maps onto
+  each other (RoPE layers), or equal keys (layers without positions: Cohere 2's full layers, NoPE layers); a wrong
+  rotation, or a rotating layer taken for a NoPE one, fails there;
+- the kept keys go into fresh attention layers of a transformers `DynamicCache` built from the config; recurrent
+  layers (linear attention, SSM, short convolutions) keep their own state across the steps, untouched;
+- the new tokens get `position_ids = P + 0, 1, ...`, and the model's own forward computes attention over that cache:
+  a model with one attention type builds its own causal mask; a hybrid gets one mask per type, in which a query
+  reads its type's kept keys and the new tokens before it, under the type's own pattern (a sliding window applies to
+  everything but the sinks, a chunk to everything, sinks included, by true positions);
+- afterwards the tokens beyond the kept sets are dropped.
+Llama 4's NoPE layers scale their queries by a temperature of the position, which transformers reads from the
+cache length, i.e. the columns seen (the true position of an unpadded row; under left padding the pads count too):
+the reference's cache reports the columns its row has seen in its batch, as a bounded cache does.
 A prompt that is read at once is thus a normal forward; running the prompt token by token gives the
 window-prefill (chunked prefill) semantics where every prompt query sees the sinks plus its own window.
 The library instead keeps window keys at their absolute positions and re-rotates only the sink keys; the two
@@ -33,13 +40,25 @@ agree because attention scores depend on query/key position differences only.
 
 from __future__ import annotations
 
-import sys
-
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, cache_utils
+from transformers.cache_utils import DynamicLayer
 
 from cachelimit.hf.compat import CACHE_ARGUMENT
-from cachelimit.hf.masks import transformers_mask as attention_mask_for
+from tests.layer_masks import (
+    CHUNKED,
+    LAYER_TYPES,
+    SLIDING,
+    attention_types,
+    config_layer_types,
+    model_masks,
+    native_size,
+    takes_one_mask,
+)
+
+#: transformers' layers that keep nothing, and its recurrent layers (absent from older releases)
+DummyLayers = tuple(filter(None, [getattr(cache_utils, "DummyLayer", None)]))
+LinearAttentionLayers = tuple(filter(None, [getattr(cache_utils, "LinearAttentionCacheLayerMixin", None)]))
 
 
 def explicit_positions(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -84,116 +103,193 @@ def banded_sink_logits(
 ) -> torch.Tensor:
     """Logits [B, T, V] of one full-sequence forward with the banded + sink visibility."""
     visible = sink_visibility(attention_mask, limit, num_sinks, full_attention_spans)
-    mask = attention_mask_for(model.config, visible, model.dtype)
+    mask = model_masks(model, dict.fromkeys(attention_types(model.config), visible), attention_mask)
     out = model(input_ids=sequences, attention_mask=mask, position_ids=explicit_positions(attention_mask))
     return out.logits
 
 
 class _RecordingCache(DynamicCache):
-    """A plain `DynamicCache` that reports what every layer stores during the reference's own forwards."""
+    """A transformers `DynamicCache` built from the model's config (its recurrent layers are transformers' own) that
+    reports what every attention layer stores, and, where `true_length` is set, reports that as its length."""
 
-    def __init__(self, on_update):
-        super().__init__()
+    def __init__(self, config, on_update=None):
+        super().__init__(config=config)
         self.on_update = on_update
+        self.true_length: int | None = None
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.on_update is not None:
             self.on_update(layer_idx, key_states, value_states)
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return super().get_seq_length(layer_idx) if self.true_length is None else self.true_length
+
+
+def kept_limit(config, kind: str, limit: int, num_sinks: int) -> int:
+    """Positions one attention type keeps (README "Semantics"): the limit; min(L, W - 1) under a sliding window W;
+    min(L, S + C - 1) under chunks of C (a query reads at most C - 1 keys of its own chunk; the sinks, visible from
+    the first chunk only, take none of them)."""
+    size = native_size(config, kind)
+    if kind == SLIDING:
+        return min(limit, size - 1)
+    if kind == CHUNKED:
+        return min(limit, num_sinks + size - 1)
+    return limit
+
 
 class StreamingReference:
-    """StreamingLLM for one unpadded row of a RoPE model (any family); see the module docstring."""
+    """StreamingLLM for one unpadded row of a RoPE model (any family, hybrids included); see the module docstring."""
 
-    def __init__(self, model, limit: int, num_sinks: int, cache_relative: bool = True):
+    SHIFT_CHECK = 7  # positions the rotation check moves its second forward by
+
+    def __init__(
+        self,
+        model,
+        limit: int,
+        num_sinks: int,
+        cache_relative: bool = True,
+        every_type_keeps: int | None = None,
+        true_temperature: bool = True,
+        left_pads: int = 0,
+    ):
+        """`left_pads`: the pads before this row in its batch (Llama 4's temperature counts them: see the module
+        docstring). `cache_relative=False` (keys keep absolute positions), `every_type_keeps` (one kept count for
+        every attention type) and `true_temperature=False` (Llama 4's temperature from the kept cache's length) are
+        wrong references, only to prove the tests can fail."""
         self.model = model
-        self.cache_relative = cache_relative  # False: keys keep absolute positions (only to prove the tests can fail)
+        self.cache_relative, self.true_temperature, self.left_pads = cache_relative, true_temperature, left_pads
         self.limit, self.num_sinks = limit, num_sinks
-        self.modeling = sys.modules[type(model.base_model).__module__]
-        self.apply_rotary_pos_emb = self.modeling.apply_rotary_pos_emb
-        layers = model.config.num_hidden_layers
-        self.raw_keys: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # per layer: [1, kv_heads, n, dim]
+        config = model.config
+        self.layer_types = config_layer_types(config)
+        self.attention = [LAYER_TYPES[kind][0] for kind in self.layer_types]  # per layer: its attention type or None
+        self.kept_limits = {kind: kept_limit(config, kind, limit, num_sinks) for kind in attention_types(config)}
+        if every_type_keeps is not None:
+            self.kept_limits = dict.fromkeys(self.kept_limits, every_type_keeps)
+        layers = len(self.layer_types)
+        self.keys: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # per layer: as stored, [1, heads, n, dim]
         self.values: list[list[torch.Tensor]] = [[] for _ in range(layers)]
-        self.rotary_dims: list[int | None] = [None] * layers  # dims the layer hands to apply_rotary_pos_emb
-        self.tables: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * layers
-        self.table_length = 0
+        self.written: list[list[int]] = [[] for _ in range(layers)]  # per layer: the position each key was written at
+        self.moves = self._checked_moves()
+        self.cache = _RecordingCache(config)
         self.seen = 0
-        self._pending = None  # (key, cos, sin) given to apply_rotary_pos_emb since the last cache update
+        self._positions: torch.Tensor | None = None
 
     def close(self) -> None:
-        """Nothing to release: the reference wraps `apply_rotary_pos_emb` only during its own forwards."""
+        """Nothing to release (kept for the callers that clean up after a reference)."""
 
-    def _recording_apply(self, q, k, cos, sin, *args, **kwargs):
-        self._pending = (k, cos, sin)
-        return self.apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs)
-
-    def _forward(self, cache: _RecordingCache, module=None, **inputs):
-        """One forward of `module` (the model) with `apply_rotary_pos_emb` recorded (and restored afterwards)."""
-        self._pending = None
-        self.modeling.apply_rotary_pos_emb = self._recording_apply
-        try:
-            return (module or self.model)(use_cache=True, **{CACHE_ARGUMENT: cache}, **inputs)
-        finally:
-            self.modeling.apply_rotary_pos_emb = self.apply_rotary_pos_emb
-
-    def _record_step(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        if self._pending is not None:
-            raw, _, _ = self._pending
-            dims = raw.shape[-1]
-            keys = torch.cat([raw, keys[..., dims:]], dim=-1)  # un-rotated dims + the dims rotation left alone
-            self.rotary_dims[layer] = dims
-        self._pending = None
-        self.raw_keys[layer].append(keys)
-        self.values[layer].append(values)
-
-    def _record_table(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        if self._pending is not None:
-            _, cos, sin = self._pending
-            self.tables[layer] = (cos, sin)
-        self._pending = None
-
-    def _ensure_tables(self, length: int) -> None:
-        """cos/sin of every layer at positions 0..length-1, as the model's own forward computes them."""
-        if length <= self.table_length:
-            return
-        length = max(length, 2 * self.table_length, 64)
-        self.tables = [None] * len(self.tables)
-        tokens = torch.ones(1, length, dtype=torch.long)
+    # ---- the rotation, checked against the model's own keys at shifted positions -------------------------------
+    def _stored_keys(self, tokens: torch.Tensor, offset: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        stored = {}
+        cache = _RecordingCache(self.model.config, lambda layer, k, v: stored.setdefault(layer, (k, v)))
+        positions = torch.arange(offset, offset + tokens.shape[1])[None]
         with torch.no_grad():
-            # the decoder alone: hooks on the model (tests recording its outputs) never see this probe
-            cache = _RecordingCache(self._record_table)
-            self._forward(cache, self.model.base_model, input_ids=tokens, position_ids=torch.arange(length)[None])
-        self.table_length = length
+            self.model(input_ids=tokens, position_ids=positions, use_cache=True, **{CACHE_ARGUMENT: cache})
+        return stored
 
-    def _rotate(self, layer: int, raw_keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if self.tables[layer] is None:  # a layer without positions
-            return raw_keys
-        cos, sin = (table[:, positions] for table in self.tables[layer])
-        dims = self.rotary_dims[layer]
-        moving = raw_keys[..., :dims]
-        rotated = self.apply_rotary_pos_emb(moving, moving, cos, sin)[1]
-        return torch.cat([rotated, raw_keys[..., dims:]], dim=-1)
+    def _checked_moves(self) -> list:
+        """Per layer, the `RotaryShift` that moves its stored keys (None: its keys carry no positions), after checking
+        it on the model itself (module docstring)."""
+        from cachelimit.families.table import FAMILIES
+        from cachelimit.hf.layout import layer_rotary_kinds, rotary_finder
 
-    def kept_indices(self) -> list[int]:
-        """Tokens kept between steps: the first S and the most recent L - S (in order)."""
-        recent_start = max(0, self.seen - (self.limit - self.num_sinks))
+        family = FAMILIES[self.model.config.model_type]
+        finder = rotary_finder(family)
+        kinds = layer_rotary_kinds(self.model, family.rope_layers)
+        moves = [None if finder is None or kind is None else finder(self.model, kind) for kind in kinds]
+        tokens = torch.arange(1, 13)[None] % (self.model.config.vocab_size - 1) + 1
+        at_zero, shifted = self._stored_keys(tokens, 0), self._stored_keys(tokens, self.SHIFT_CHECK)
+        for layer, (keys, values) in at_zero.items():
+            move = moves[layer]
+            expected = {"keys": keys, "values": values}
+            if move is not None:
+                shift = torch.full((1, tokens.shape[1]), self.SHIFT_CHECK)
+                expected[move.rotates] = move.apply(expected[move.rotates], *move.cos_sin(shift))
+            for name, tensor in zip(("keys", "values"), shifted[layer], strict=True):
+                if not torch.allclose(expected[name], tensor, atol=1e-4, rtol=0):
+                    raise AssertionError(
+                        f"the reference's rotation of layer {layer} ({type(move).__name__}) does not reproduce the "
+                        f"{name} the model stores {self.SHIFT_CHECK} positions later"
+                    )
+        return moves
+
+    # ---- StreamingLLM --------------------------------------------------------------------------------------------
+    def kept_indices(self, kind: str | None = None) -> list[int]:
+        """Tokens an attention type keeps between steps (the full-attention type by default): the first S and the
+        most recent L_t - S, in order."""
+        kept = self.kept_limits[kind or next(iter(self.kept_limits))]
+        recent_start = max(0, self.seen - (kept - self.num_sinks))
         return sorted(set(range(min(self.num_sinks, self.seen))) | set(range(recent_start, self.seen)))
+
+    def _record(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.keys[layer].append(keys)
+        self.values[layer].append(values)
+        self.written[layer].extend(self._positions[0].tolist())
+
+    def _fill(self, query_position: int) -> dict[str, list[int]]:
+        """Put every attention layer's kept keys into the cache, in its type's frame ending before `query_position`;
+        returns the kept tokens of each type."""
+        kept = {kind: self.kept_indices(kind) for kind in self.kept_limits}
+        for layer, kind in enumerate(self.attention):
+            if kind is None or layer >= len(self.cache.layers) or isinstance(self.cache.layers[layer], DummyLayers):
+                continue
+            fresh = self.cache.layers[layer]
+            if isinstance(fresh, LinearAttentionLayers):  # a hybrid layer: its recurrent state stays
+                fresh.keys = fresh.values = None
+                fresh.is_initialized = False
+            else:
+                fresh = self.cache.layers[layer] = DynamicLayer()
+            if not self.keys[layer]:
+                continue
+            index = torch.tensor(kept[kind], dtype=torch.long)
+            stored = {
+                "keys": torch.cat(self.keys[layer], dim=2).index_select(2, index),
+                "values": torch.cat(self.values[layer], dim=2).index_select(2, index),
+            }
+            move = self.moves[layer]
+            if move is not None and self.cache_relative:
+                frame = query_position - len(index) + torch.arange(len(index))
+                shift = (frame - torch.tensor(self.written[layer])[index])[None]
+                stored[move.rotates] = move.apply(stored[move.rotates], *move.cos_sin(shift))
+            DynamicLayer.update(fresh, stored["keys"], stored["values"])
+        return kept
+
+    def _masks(self, kept: dict[str, list[int]], new: int):
+        """One mask per attention type of a hybrid (None: the model builds its own causal mask)."""
+        if takes_one_mask(self.model.config):
+            return None
+        queries = torch.arange(self.seen, self.seen + new)
+        visibility = {}
+        for kind, columns in kept.items():
+            keys = torch.cat([torch.tensor(columns, dtype=torch.long), queries])
+            visible = keys[None, :] <= queries[:, None]
+            sink = (keys < self.num_sinks) & (keys < self.seen)  # a kept sink (the new tokens are no sinks yet)
+            size = native_size(self.model.config, kind)
+            if kind == SLIDING:
+                visible &= (keys[None, :] > queries[:, None] - size) | sink[None, :]
+            if kind == CHUNKED:
+                visible &= torch.div(keys[None, :], size, rounding_mode="floor") == torch.div(
+                    queries[:, None], size, rounding_mode="floor"
+                )
+            visibility[kind] = visible[None]
+        return model_masks(self.model, visibility, None)
 
     @torch.no_grad()
     def feed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Run `tokens` ([1, k]) against the kept cache; returns their logits [k, V]."""
-        kept = torch.tensor(self.kept_indices(), dtype=torch.long)
-        first = len(kept) if self.cache_relative else self.seen
-        self._ensure_tables(max(first, self.seen) + tokens.shape[1] + 1)
-        cache = _RecordingCache(None)
-        if len(kept):
-            relative = torch.arange(len(kept)) if self.cache_relative else kept
-            for layer, (keys, values) in enumerate(zip(self.raw_keys, self.values, strict=True)):
-                raw = torch.cat(keys, dim=2).index_select(2, kept)
-                cache.update(self._rotate(layer, raw, relative), torch.cat(values, dim=2).index_select(2, kept), layer)
-        cache.on_update = self._record_step
-        positions = torch.arange(first, first + tokens.shape[1])[None]
-        out = self._forward(cache, input_ids=tokens, position_ids=positions)
+        """Run `tokens` ([1, k]) against the kept caches; returns their logits [k, V]."""
+        longest = max(len(self.kept_indices(kind)) for kind in self.kept_limits)
+        first = longest if self.cache_relative else self.seen
+        kept = self._fill(first)
+        self._positions = torch.arange(first, first + tokens.shape[1])[None]
+        self.cache.on_update = self._record
+        tuned = getattr(self.model.config, "attn_temperature_tuning", False) and self.true_temperature
+        self.cache.true_length = self.left_pads + self.seen if tuned else None
+        inputs = {"input_ids": tokens, "position_ids": self._positions, "use_cache": True, CACHE_ARGUMENT: self.cache}
+        masks = self._masks(kept, tokens.shape[1])
+        if masks is not None:
+            inputs["attention_mask"] = masks
+        out = self.model(**inputs)
+        self.cache.on_update = None
         self.seen += tokens.shape[1]
         return out.logits[0]
 

@@ -18,7 +18,7 @@ import cachelimit
 from cachelimit.families.table import FAMILIES
 from cachelimit.hf import compat
 from cachelimit.hf.masks import transformers_mask as attention_mask_for
-from tests.common import build_tiny_model, left_padded_batch, skip_where_sinks_are_refused
+from tests.common import build_tiny_model, left_padded_batch, not_served_here, skip_where_sinks_are_refused
 from tests.reference import extended_mask, real_positions
 from tests.sink_reference import StreamingReference, sink_visibility
 
@@ -28,6 +28,12 @@ ATOL = 1e-6  # probabilities, float32
 class AttentionOrderTesterMixin:
     family: str
     uses_rope: bool
+
+    def setUp(self):
+        super().setUp()
+        reason = not_served_here(self.family)
+        if reason is not None:
+            self.skipTest(reason)
 
     def generate(self, model, ids, mask, limit, new, **kwargs):
         if kwargs.get("num_sink_tokens"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import unittest
 
 import cachelimit
-from cachelimit.families.registry import LEARNED, ROPE
+from cachelimit.families.registry import LEARNED, POSITIONS, ROPE
 from cachelimit.hf import compat
 from tests.declarations import declared_tests, representative_families, supported_families_table
 from tests.family_mixin import FamilyOracleMixin
@@ -26,7 +26,7 @@ class RegistryTest(unittest.TestCase):
                 self.assertEqual(family.config_class.model_type, name)
                 for cls in family.model_classes:
                     self.assertEqual(cls.config_class.model_type, name)
-                self.assertIn(family.positions, (ROPE, LEARNED))
+                self.assertIn(family.positions, POSITIONS)
                 self.assertEqual((family.positions == LEARNED), family.check_generation is not None)
 
     def test_representative_subset_covers_every_kind(self):

@@ -18,26 +18,17 @@ from parameterized import parameterized
 from cachelimit import BoundedCache, BoundedLayer
 from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, expected_bytes, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 
 NEW = 30  # decode steps per run: the ring wraps several times for every limit below
 
 
-def kv_shape(model) -> tuple[int, int, int]:
-    """(layers, key/value heads, head dim) of a tiny model."""
-    config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return config.num_hidden_layers, heads, config.hidden_size // config.num_attention_heads
-
-
-def expected_kv_bytes(model, batch: int, limit: int, sinks: int, rope: bool, capacity: int | None = None) -> int:
-    """Bytes of a float32 cache whose ring has `capacity` slots allocated (default: the full ring, L - S + 1)."""
-    layers, heads, head_dim = kv_shape(model)
-    slots = sinks + ((limit - sinks) + 1 if capacity is None else capacity)
-    # RoPE layers keep the sinks' un-rotated keys as well; layers without positions (SmolLM3's NoPE) do not
-    rotating = sum(getattr(model.config, "no_rope_layers", None) or [1] * layers) if rope else 0
-    return batch * heads * head_dim * 4 * (layers * 2 * slots + rotating * sinks)  # float32
+def expected_kv_bytes(model, batch: int, limit: int, sinks: int, capacity: int | None = None) -> int:
+    """Bytes of a float32 cache whose ring has `capacity` slots allocated (default: the full ring, L - S + 1); RoPE
+    layers keep the sinks' un-rotated keys as well, layers without positions (SmolLM3's NoPE) do not (`kv_layout`
+    reads which, and every layer's widths, from transformers' own cache)."""
+    return expected_bytes(model, batch, sinks, (limit - sinks) + 1 if capacity is None else capacity)
 
 
 class DecodeAudit:
@@ -142,7 +133,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
             real_seen = mask[:, : min(columns, width)].sum(1) + max(0, columns - width)
             self.assertTrue(torch.equal(cache.kept_lengths(), real_seen.clamp(max=limit)), f"{columns} columns")
             capacity = ring_capacities(widths_between([*checked_forwards, columns]), limit - sinks + 1)[-1]
-            self.assertEqual(cache.kv_bytes(), expected_kv_bytes(model, batch, limit, sinks, rope, capacity))
+            self.assertEqual(cache.kv_bytes(), expected_kv_bytes(model, batch, limit, sinks, capacity))
             for layer in cache.layers:
                 self.assertEqual(layer.keys.shape, layer.values.shape)
                 self.assertEqual(layer.keys.shape[-2], sinks + capacity)
@@ -177,7 +168,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         model = build_tiny_model(family)
         ids, mask = left_padded_batch([7, 3], seed=4)
         beams, width = 3, ids.shape[1]
-        expected_bytes = expected_kv_bytes(model, ids.shape[0] * beams, limit, sinks, family != "gpt2")
+        expected_bytes = expected_kv_bytes(model, ids.shape[0] * beams, limit, sinks)
         steps = []
 
         def after_forward(module, args, kwargs, output):
@@ -231,7 +222,7 @@ class RowReorderingTest(unittest.TestCase):
         self.assertTrue(torch.equal(state.ring_real, rows_before[2][index]))
         self.assertEqual(state.cursor, rows_before[3])
         self.assertTrue(torch.equal(cache.kept_lengths(), kept_before[index]))
-        self.assertEqual(cache.kv_bytes(), expected_kv_bytes(model, 3, 4, 1, family != "gpt2"))
+        self.assertEqual(cache.kv_bytes(), expected_kv_bytes(model, 3, 4, 1))
 
     @parameterized.expand([("gpt2",), ("llama",)])
     def test_reordered_cache_continues_like_reordered_rows(self, family):

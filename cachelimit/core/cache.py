@@ -70,6 +70,9 @@ class BoundedCache(Cache):
         self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill)
         self.groups: list[LayerGroup] = []
         self.owner: weakref.ref | None = None  # the model it was fitted to (see `fit`)
+        #: the layer types whose layers the bound leaves alone and that take a mask of their own (recurrent layers:
+        #: transformers makes theirs from the 2D padding mask)
+        self.recurrent_kinds: tuple[str, ...] = ()
         self._rotates_sinks = False
         super().__init__(layers=[])
 
@@ -89,11 +92,12 @@ class BoundedCache(Cache):
     def fitted(self) -> bool:
         return bool(self.groups)
 
-    def fit(self, model, groups: list[LayerGroup], layers: list) -> None:
+    def fit(self, model, groups: list[LayerGroup], layers: list, recurrent_kinds: tuple[str, ...] = ()) -> None:
         """Give the cache `model`'s layers (a `BoundedLayer` of one of `groups` per attention layer, transformers'
-        own layer object for any other) and record the model: its keys are that model's, so it continues only there
-        (`check_owner`). Only a weak reference: a cache never keeps a model alive."""
-        self.groups, self.layers = groups, layers
+        own layer object for any other: `recurrent_kinds` are their layer types that take a mask) and record the
+        model: its keys are that model's, so it continues only there (`check_owner`). Only a weak reference: a cache
+        never keeps a model alive."""
+        self.groups, self.layers, self.recurrent_kinds = groups, layers, recurrent_kinds
         self.owner = weakref.ref(model)
         self._rotates_sinks = any(group.rotates_sinks for group in groups)
 

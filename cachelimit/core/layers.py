@@ -1,7 +1,8 @@
 """`BoundedLayer`: one decoder layer's keys and values, a slot store that carries out its group's plans.
 
 The layer holds one buffer of sink slots followed by the ring (`core.ring`), plus, for RoPE layers with sinks, the
-sink keys as written (un-rotated: the returned copies are rotated from them each step, so no error accumulates). It
+sink keys as written (un-rotated: the returned copies are rotated from them each step, so no error accumulates; for a
+layer whose positions live in its values, MLA's latent cache, the sink values: `RotaryShift.rotates`). It
 decides nothing: which slot a token lands in, what is returned and how sinks move come from the plan its group's
 policy computed for this forward (`core.plan`), the same for every layer of the group.
 """
@@ -29,6 +30,7 @@ class BoundedLayer(CacheLayerMixin):
     def __init__(self, group: LayerGroup, rotary: RotaryShift | None = None, rotary_kind: str = ""):
         super().__init__()
         self.group, self.rotary, self.rotary_kind = group, rotary, rotary_kind
+        self.rotated = rotary.rotates if rotary is not None else "keys"  # the tensor whose sinks are moved
         self.cumulative_length = 0  # columns this layer has stored: a forward the cache did not plan is refused
         self.sink_keys: torch.Tensor | None = None
 
@@ -43,7 +45,8 @@ class BoundedLayer(CacheLayerMixin):
         self.keys = key_states.new_zeros(batch, heads, self.num_sinks, key_dim)
         self.values = value_states.new_zeros(batch, heads, self.num_sinks, value_states.shape[-1])
         if self.num_sinks and self.rotary is not None:
-            self.sink_keys = key_states.new_zeros(batch, heads, self.num_sinks, key_dim)
+            moved = key_states if self.rotated == "keys" else value_states
+            self.sink_keys = moved.new_zeros(*moved.shape[:2], self.num_sinks, moved.shape[-1])
         self.is_initialized = True
 
     def _reserve(self, sinks: int, capacity: int) -> None:
@@ -80,7 +83,8 @@ class BoundedLayer(CacheLayerMixin):
             self.keys[:, :, slot] = key_states[:, :, 0]
             self.values[:, :, slot] = value_states[:, :, 0]
             if plan.sink_shift is not None and self.rotary is not None:
-                self.keys[:, :, :sinks] = self.rotary.apply(self.sink_keys, *plan.rotations[self.rotary_kind])
+                moved = getattr(self, self.rotated)
+                moved[:, :, :sinks] = self.rotary.apply(self.sink_keys, *plan.rotations[self.rotary_kind])
             keys, values = self.keys, self.values
             if keys.shape[-2] != sinks + plan.visible:  # the ring is not full yet: only the slots written so far
                 keys, values = keys[:, :, : sinks + plan.visible], values[:, :, : sinks + plan.visible]
@@ -99,10 +103,9 @@ class BoundedLayer(CacheLayerMixin):
         """Copy each row's first real tokens into its sink slots (per row: left pads differ by row)."""
         sinks = self.num_sinks
         fill = plan.sink_fill[:, None, :, None]
-        for states, target in (
-            (key_states, self.sink_keys if self.sink_keys is not None else self.keys[:, :, :sinks]),
-            (value_states, self.values[:, :, :sinks]),
-        ):
+        for name, states in (("keys", key_states), ("values", value_states)):
+            moved_here = self.sink_keys is not None and name == self.rotated
+            target = self.sink_keys if moved_here else getattr(self, name)[:, :, :sinks]
             index = plan.sink_source[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[-1])
             target.copy_(torch.where(fill, states.gather(2, index), target))
 
@@ -110,16 +113,17 @@ class BoundedLayer(CacheLayerMixin):
         """A multi-token forward reads [sink copies | kept past, oldest first | new tokens] (`core.plan`)."""
         sinks = self.num_sinks
         past = sinks + plan.past_slots
-        key_parts = [self.keys.index_select(2, past), key_states]
-        value_parts = [self.values.index_select(2, past), value_states]
-        if sinks:
-            value_parts.insert(0, self.values[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1))
-            if plan.sink_shift is not None and self.rotary is not None:
-                sink_keys = self.sink_keys.repeat(1, 1, plan.sink_copies, 1)
-                key_parts.insert(0, self.rotary.apply(sink_keys, *plan.rotations[self.rotary_kind]))
-            else:
-                key_parts.insert(0, self.keys[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1))
-        return torch.cat(key_parts, dim=-2), torch.cat(value_parts, dim=-2)
+        gathered = []
+        for name, states in (("keys", key_states), ("values", value_states)):
+            stored = getattr(self, name)
+            parts = [stored.index_select(2, past), states]
+            if sinks and name == self.rotated and plan.sink_shift is not None and self.rotary is not None:
+                copies = self.sink_keys.repeat(1, 1, plan.sink_copies, 1)
+                parts.insert(0, self.rotary.apply(copies, *plan.rotations[self.rotary_kind]))
+            elif sinks:
+                parts.insert(0, stored[:, :, :sinks].repeat(1, 1, plan.sink_copies, 1))
+            gathered.append(torch.cat(parts, dim=-2))
+        return gathered[0], gathered[1]
 
     def get_mask_sizes(self, query_length) -> tuple[int, int]:
         # Masks for this cache are built before the forward (slots are not in column order), except for a first

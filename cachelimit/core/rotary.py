@@ -24,7 +24,9 @@ class RotaryShift:
     cos/sin is divided out, since the cached key already carries it: it is read as the cosine at position 0 (cos 0 =
     1), so no variant's attribute names are needed. Partial rotary moves only the rotary dims: the first
     `cos.shape[-1]` dims of a head (GPT-NeoX, Phi), or the last ones with `rotary_at_end` (DeepSeek's MLA keys are
-    `[nope | rope]`).
+    `[nope | rope]`). `half_tables`: the tables hold one entry per rotated pair (GPT-OSS's halves, complex frequencies),
+    so they cover twice their width. `rotates`: which cached tensor carries the positions, "keys" or "values" (the
+    MLA cache of recent transformers stores the compressed latent as keys and the shared rotary key as values).
     """
 
     def __init__(
@@ -34,6 +36,8 @@ class RotaryShift:
         dtype: torch.dtype,
         rope_type: str,
         rotary_at_end: bool = False,
+        half_tables: bool = False,
+        rotates: str = "keys",
     ):
         if rope_type in LENGTH_DEPENDENT:
             raise ValueError(
@@ -45,6 +49,10 @@ class RotaryShift:
         self.dtype = dtype
         self.rope_type = rope_type
         self.rotary_at_end = rotary_at_end
+        self.half_tables = half_tables
+        if rotates not in ("keys", "values"):
+            raise ValueError(f"RotaryShift.rotates must be 'keys' or 'values', got {rotates!r}.")
+        self.rotates = rotates
         self._scaling: float | None = None
 
     def _raw(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +68,7 @@ class RotaryShift:
 
     def apply(self, keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Rotate [batch, heads, n, dim] keys by the shifts `cos_sin` was given (only the rotary dims)."""
-        rotary, dims = cos.shape[-1], keys.shape[-1]
+        rotary, dims = cos.shape[-1] * (2 if self.half_tables else 1), keys.shape[-1]
         if rotary == dims:
             return self.apply_rotary_pos_emb(keys, keys, cos, sin)[1]
         if self.rotary_at_end:

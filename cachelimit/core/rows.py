@@ -23,6 +23,10 @@ class RowState:
     sinks_complete: bool = False  # every row has all S sinks: no more sink writes to plan
     last_pad_column: int = -1  # newest column that is a pad in some row (-1: none)
     last_sink_column: int = -1  # newest sink column of any row, once the sinks are complete
+    #: [B] column of each row's first real token, -1 while unseen: chunked attention counts its chunks from there
+    #: (transformers' chunked masks discount each row's left padding), so a chunked group needs it
+    first_real_column: torch.Tensor | None = None
+    every_row_started: bool = False  # every row has a real token: `first_real_column` is final
     #: reusable all-true visibilities and their converted masks (`hf.masks`), kept with the rows they are for
     memo: dict = field(default_factory=dict)
 
@@ -34,6 +38,7 @@ class RowState:
             sink_column=torch.full((batch, num_sinks), -1, dtype=torch.long, device=device),
             ring_real=torch.zeros(batch, 0, dtype=torch.bool, device=device),
             sinks_complete=num_sinks == 0,
+            first_real_column=torch.full((batch,), -1, dtype=torch.long, device=device),
         )
 
     @property
@@ -52,6 +57,8 @@ class RowState:
         self.num_real = self.num_real.index_select(0, index)
         self.sink_column = self.sink_column.index_select(0, index)
         self.ring_real = self.ring_real.index_select(0, index)
+        if self.first_real_column is not None:
+            self.first_real_column = self.first_real_column.index_select(0, index)
 
     def all_true(self, keys: int) -> torch.Tensor:
         """The [B, 1, keys] all-true visibility of a decode step that reads every slot: a view of one kept tensor,

@@ -1,8 +1,10 @@
 """The first policy (`core.policy`): a sliding window with attention sinks (StreamingLLM).
 
 Each row keeps its first `S = num_sinks` real tokens plus its most recent `L - S` tokens, `L = limit`. Every new token
-reads them plus itself (transformers' `sliding_window = L + 1`). Placement in the ring follows `core.ring`; the plans
-are computed in `core.window_plan`.
+reads them plus itself (transformers' `sliding_window = L + 1`). A model's own attention pattern applies on top of the
+bound: a native sliding window (the sinks stay visible past it: each layer type runs StreamingLLM over its own window)
+and chunked attention (a query reads only its own chunk, sinks included: the bound never shows a chunked layer a key
+its chunk hides). Placement in the ring follows `core.ring`; the plans are computed in `core.window_plan`.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ class WindowPolicy:
 
     `window_prefill` makes a multi-token forward (a chunked prefill) obey the window for every query; otherwise it
     reads the whole kept past and all new tokens causally, and the cache is cut afterwards. `native_window` is a
-    model's own `sliding_window` (keys a query may see, itself included), applied on top.
+    model's own `sliding_window` (keys a query may see, itself included), applied on top. `chunk` is a model's own
+    chunked attention (`attention_chunk_size` C, Llama 4): a query reads only the keys of its own chunk of C positions,
+    chunks counted from each row's first real token as transformers' chunked masks count them, applied on top too.
     """
 
     limit: int
     num_sinks: int = 0
     window_prefill: bool = False
     native_window: int | None = None
+    chunk: int | None = None
 
     @property
     def recent(self) -> int:
@@ -64,7 +69,8 @@ class WindowPolicy:
         `rotates_sinks`: the group has layers whose sink keys are moved (RoPE), so sinks get positions (and, in a
         windowed multi-token forward, one copy per query). `model_mask`: the model masks this forward itself."""
         all_real = bool(new_real.all())
-        if new_real.shape[1] == 1 and all_real and reads_every_slot(self, rows, rows.cursor):
+        steady = self.chunk is None  # a chunked layer's visibility changes with the chunk: always planned in full
+        if steady and new_real.shape[1] == 1 and all_real and reads_every_slot(self, rows, rows.cursor):
             return steady_decode(self, rows, rotates_sinks)
         return general_step(self, rows, new_real, all_real, model_mask, rotates_sinks)
 

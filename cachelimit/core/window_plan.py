@@ -4,7 +4,7 @@ which kept keys each query reads, and where the sinks must be rotated to.
 Computed once per forward for every layer of a group. Placement and growth follow `core.ring`. A query at column `q`
 reads the real tokens among its window (the `L - S` columns before it, or, in a full-attention multi-token forward,
 the kept past and every new token before it), plus each row's first `S` real tokens (its sinks) once they have left
-that window, plus itself. Two paths:
+that window, plus itself; a model's own sliding window and chunks apply on top (`WindowPolicy`). Two paths:
 - `steady_decode`: a decode step that reads every slot it is given (a full ring of real tokens, the sinks outside
   the window): a few integer updates; its all-true visibility is a view of one kept tensor, so it builds no mask;
 - `general_step`: everything else, with an explicit [B, queries, keys] visibility (or, for the first forward of a
@@ -110,6 +110,12 @@ def general_step(
     allowed = key_real[:, None, :] & (key_column <= query) & (key_column >= lowest[:, None])
     if policy.native_window is not None:
         allowed &= key_column > query - policy.native_window
+    query_chunk = None
+    if policy.chunk is not None:  # chunked attention: a query reads only the keys of its own chunk
+        first = first_real_columns(rows, new_real, start)[:, None]
+        query_chunk = torch.div(columns - first, policy.chunk, rounding_mode="floor")  # [B, n]
+        key_chunk = torch.div(key_column - first, policy.chunk, rounding_mode="floor")  # [B, keys]
+        allowed &= key_chunk[:, None, :] == query_chunk[:, :, None]
     # A pad query reads what a real one would, without itself (as transformers' padding mask has it: after right
     # padding, the last pad's output gives the first new token); only a query with nothing to read reads itself,
     # which keeps it finite.
@@ -124,6 +130,10 @@ def general_step(
         plan.sink_copies = num_new if per_query else 1
         copy_column = sink_column.repeat(1, plan.sink_copies)[:, None, :]  # [B, 1, copies * S], query-major
         sink_allowed = (copy_column >= 0) & (copy_column < lowest[None, :, None])
+        if query_chunk is not None:  # a sink is a token of the first chunk: only that chunk sees it
+            first = first_real_columns(rows, new_real, start)[:, None, None]
+            sink_chunk = torch.div(copy_column - first, policy.chunk, rounding_mode="floor")
+            sink_allowed &= sink_chunk == query_chunk[:, :, None]
         if per_query:
             owner = torch.arange(num_new, device=device).repeat_interleave(sinks)
             sink_allowed &= owner[None, None, :] == torch.arange(num_new, device=device)[None, :, None]
@@ -138,8 +148,22 @@ def general_step(
     return _advance(rows, new_real, all_real, sink_column, ring_real, plan)
 
 
+def first_real_columns(rows: RowState, new_real: torch.Tensor, start: int) -> torch.Tensor:
+    """[B] the column of each row's first real token, counting the new tokens of a forward starting at `start` (a row
+    with none yet gets the column after them: it holds only pads, whose visibility is never read)."""
+    first = rows.first_real_column
+    if rows.every_row_started:
+        return first
+    here = torch.where(new_real.any(1), new_real.to(torch.uint8).argmax(1), new_real.shape[1])
+    return torch.where(first >= 0, first, start + here)
+
+
 def _advance(rows: RowState, new_real, all_real: bool, sink_column, ring_real, plan: StepPlan) -> StepPlan:
     """Move `rows` past the planned forward; returns `plan`."""
+    if not rows.every_row_started:
+        seen = first_real_columns(rows, new_real, plan.start)
+        rows.first_real_column = torch.where(seen < plan.start + plan.num_new, seen, -1)
+        rows.every_row_started = bool((rows.first_real_column >= 0).all())
     rows.cursor += plan.num_new
     rows.num_real = rows.num_real + new_real.sum(1)
     rows.sink_column, rows.ring_real = sink_column, ring_real

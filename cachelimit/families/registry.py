@@ -15,8 +15,11 @@ from typing import Any
 
 from ..hf.validation import last_position
 
-#: The kinds of positional information a family uses (the "positions" column of the README table).
-ROPE, LEARNED = "rope", "learned"
+#: The kinds of positional information a family uses (the "positions" column of the README table): rotary
+#: positions in its keys (sinks are moved), learned absolute positions, or none at all (Jamba, Nemotron-H: the order
+#: comes from their recurrent layers; sinks, like learned positions, keep their keys as written).
+ROPE, LEARNED, NONE = "rope", "learned", "none"
+POSITIONS = (ROPE, LEARNED, NONE)
 
 
 @dataclass(frozen=True)
@@ -35,15 +38,29 @@ class Family:
     rotary: Callable[[Any, str | None], Any] | None = None
     #: (model, longest row in real tokens, max new tokens) -> raise before generating if the run cannot fit
     check_generation: Callable[[Any, int, int], None] | None = None
+    #: config -> per decoder layer, whether its keys carry rotary positions, for a family whose config does not say
+    #: (Cohere 2 and EXAONE 4 rotate their sliding layers only); None: every layer, or `config.no_rope_layers`
+    rope_layers: Callable[[Any], list[bool]] | None = None
+    #: (what needs it, the name of a release constant in `cachelimit.hf.compat`): the first transformers release whose
+    #: modeling code cachelimit can serve for this family; earlier releases refuse a bounded run with that reason
+    since: tuple[str, str] | None = None
 
     def __post_init__(self):
-        if self.positions not in (ROPE, LEARNED):
-            raise ValueError(f"Family.positions must be {ROPE!r} or {LEARNED!r}, got {self.positions!r}.")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"Family.positions must be one of {POSITIONS}, got {self.positions!r}.")
 
     @property
     def uses_rope(self) -> bool:
         """Whether its keys carry rotary positions (RoPE sinks are then moved to StreamingLLM positions)."""
         return self.positions == ROPE
+
+    @property
+    def available(self) -> bool:
+        """Whether the installed transformers has this family's model classes (newer families are missing from older
+        releases: `patch()` leaves them out, and patching one by name says so)."""
+        import transformers
+
+        return all(hasattr(transformers, name) for name in self.class_names)
 
     @property
     def model_classes(self) -> tuple[type, ...]:
@@ -58,10 +75,17 @@ class Family:
         return CONFIG_MAPPING[self.name]
 
 
-def rope(name: str, *class_names: str, rotary: Callable[[Any, str | None], Any] | None = None) -> Family:
+def rope(name: str, *class_names: str, rotary: Callable[[Any, str | None], Any] | None = None, **options) -> Family:
     """A RoPE family: its sinks are moved with the model's own rotary module, found by `rotary` (by default
-    `model.base_model.rotary_emb` and its modeling module's `apply_rotary_pos_emb`: `hf.layout.rotary_shift`)."""
-    return Family(name, class_names, ROPE, rotary=rotary)
+    `model.base_model.rotary_emb` and its modeling module's `apply_rotary_pos_emb`: `hf.layout.rotary_shift`).
+    `options`: `rope_layers`, `since` (see `Family`)."""
+    return Family(name, class_names, ROPE, rotary=rotary, **options)
+
+
+def no_positions(name: str, *class_names: str, **options) -> Family:
+    """A family whose attention layers carry no positions (the order comes from its recurrent layers): sinks keep
+    their keys as written. `options`: `since` (see `Family`)."""
+    return Family(name, class_names, NONE, **options)
 
 
 def learned_position_check(attribute: str, label: str) -> Callable[[Any, int, int], None]:

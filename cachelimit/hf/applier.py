@@ -15,6 +15,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import transformers
+
 from .cache_setting import set_cache_implementation
 from .generate import generate
 from .installed import FAMILY_ATTRIBUTE, MISSING, ORIGINALS
@@ -32,13 +34,21 @@ _PATCHED: set[str] = set()
 
 
 def _names(families: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    """The families named (all those the installed transformers has, when none is), checked."""
     if not names:
-        return list(families)
+        return [name for name, family in families.items() if family.available]
     unknown = [name for name in names if name not in families]
     if unknown:
         raise ValueError(
             f"Unsupported model family {unknown[0]!r} (families are named by config.model_type); supported "
             f"families: {', '.join(sorted(families))}."
+        )
+    missing = [name for name in names if not families[name].available]
+    if missing:
+        family = families[missing[0]]
+        raise ValueError(
+            f"Model family {missing[0]!r} is supported, but transformers {transformers.__version__} does not have it "
+            f"({', '.join(family.class_names)}): it came in a later release; upgrade transformers to use it."
         )
     return list(dict.fromkeys(names))
 

@@ -1,9 +1,9 @@
 """Every difference between the transformers releases cachelimit supports, in one place.
 
 cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
-CI matrix runs green (setup.py declares the same). The releases differ in a few small ways that matter to it; each is one constant or function here, named after what it does and commented with
-the release it belongs to, so the rest of the code never compares versions and a new release is handled by
-adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
+CI matrix runs green (setup.py declares the same). Each difference that matters is one constant or function here,
+commented with the release it belongs to, so the rest of the code never compares versions and a new release is
+handled by adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
 
 Where a difference can be bridged it is (a name, a missing method); where it cannot (a feature an old
 release lacks), the feature is refused with an error that names the release it needs (`require`).
@@ -19,7 +19,7 @@ import torch
 import transformers
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from transformers import GenerationConfig
+from transformers import GenerationConfig, cache_utils
 from transformers.cache_utils import CacheLayerMixin
 
 #: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
@@ -142,7 +142,10 @@ def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
     through the LM's `forward`, past the LM's own hooks)."""
     decoder = model.get_decoder()
-    return model.base_model if decoder is model else decoder
+    body = model.base_model if decoder is model else decoder
+    if body is model:  # a prefix that names no attribute (Llama 4's `language_model`): the decoder is its `model`
+        body = getattr(model, "model", model)
+    return body
 
 
 # --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
@@ -159,14 +162,9 @@ CHUNKED_PREFILL_IGNORES_PADDING = not at_least("5.0.0")
 def chunk_positions_ignore_padding(position_ids: torch.Tensor | None, cache_position: torch.Tensor | None) -> bool:
     """Whether `position_ids` are the padding-blind ones a 4.x chunked prefill passes (a bounded run then uses
     the positions it computes from the mask, as every 5.x release and the non-chunked path do)."""
-    if (
-        not CHUNKED_PREFILL_IGNORES_PADDING
-        or position_ids is None
-        or cache_position is None
-        or position_ids.dim() != 2
-    ):
+    if not CHUNKED_PREFILL_IGNORES_PADDING or position_ids is None or cache_position is None:
         return False
-    if position_ids.shape[-1] != cache_position.shape[-1]:
+    if position_ids.dim() != 2 or position_ids.shape[-1] != cache_position.shape[-1]:
         return False
     return bool((position_ids == cache_position.to(position_ids.device)[None]).all())
 
@@ -239,3 +237,61 @@ GGUF_LLAMA_MISREAD = ("5.3.0", "5.6.0")
 def gguf_llama_misread(installed: Version = TRANSFORMERS) -> bool:
     """Whether this transformers loads a GGUF Llama wrongly (the real model `smollm2` is refused there)."""
     return Version(GGUF_LLAMA_MISREAD[0]) <= installed < Version(GGUF_LLAMA_MISREAD[1])
+
+
+# --- 5.6.0: Gemma 3n's KV-sharing layers read what the layer they share with returned from the forward's
+# `shared_kv_states`; before, from `past_key_values.shared_layers` (transformers' own DynamicCache). Gemma 4 came later.
+SHARED_KV_STATES = "5.6.0"
+
+# --- 5.13.0: models with recurrent layers (SSM, linear attention, short convolutions) take their padding mask in the
+# per-layer-type mask dict (`create_recurrent_attention_mask`; before, they read the 2D mask they were given); 5.14.0:
+# their cache is built from layers (`get_layer_types_and_kwargs`, `LinearAttentionLayer`; 4.x: cache classes of their
+# own). They are served from 5.14.0 on.
+RECURRENT_LAYERS = "5.14.0"
+
+# --- 5.15.0: DeepSeek V2/V3 (MLA) cache the compressed latent as keys and the shared rotary key as values; before,
+# the keys were `[nope | rope]` per head and the values had their own head dimension.
+MLA_CACHES_LATENT = at_least("5.15.0")
+
+# --- 5.23.0: `cache_utils.DummyLayer` holds the place of a layer that keeps no cache (a KV-sharing consumer, an MLP
+# block of a hybrid); before, transformers' DynamicCache left the trailing KV-sharing layers out.
+DUMMY_LAYER = getattr(cache_utils, "DummyLayer", None)
+
+
+def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
+    """transformers' cache layer type of every decoder layer and its layer class's keyword arguments: attention types,
+    recurrent states ("linear_attention", "conv"), both ("hybrid": Zamba 2, Falcon-H1), "dummy" (keeps nothing). From
+    5.14.0 transformers' own `get_layer_types_and_kwargs`; before, attention layers and KV sharing only."""
+    if hasattr(cache_utils, "get_layer_types_and_kwargs"):
+        return cache_utils.get_layer_types_and_kwargs(config)
+    window = getattr(config, "sliding_window", None)
+    uniform = "sliding_attention" if isinstance(window, int) and window > 0 else "full_attention"
+    layer_types = list(getattr(config, "layer_types", None) or [uniform] * config.num_hidden_layers)
+    shared = kv_shared_layers(config)
+    layer_types = ["dummy" if reuse else kind for kind, reuse in zip(layer_types, shared, strict=True)]
+    return layer_types, [{} for _ in layer_types]
+
+
+def kv_shared_layers(config) -> list[bool]:
+    """Per decoder layer: whether it reads another layer's keys and values (Gemma 3n, Gemma 4): `kv_sharing_modes`
+    where the config has them, else the last `num_kv_shared_layers`."""
+    modes = getattr(config, "kv_sharing_modes", None)
+    if modes is not None:
+        return [mode == "reuse" for mode in modes]
+    shared, layers = getattr(config, "num_kv_shared_layers", 0) or 0, config.num_hidden_layers
+    return [0 < layers - shared <= index for index in range(layers)]
+
+
+def recurrent_mask(config, attention_mask: torch.Tensor | None, num_new: int, cache) -> torch.Tensor | None:
+    """transformers' mask of recurrent layers for a forward of `num_new` tokens (their padding, or None), from the
+    run's 2D mask (5.13.0)."""
+    from transformers.masking_utils import create_recurrent_attention_mask
+
+    shape_only = torch.empty(attention_mask.shape[0] if attention_mask is not None else 1, num_new, 0)
+    arguments = {
+        "config": config,
+        "inputs_embeds": shape_only,
+        "attention_mask": attention_mask,
+        CACHE_ARGUMENT: cache,
+    }
+    return create_recurrent_attention_mask(**arguments)

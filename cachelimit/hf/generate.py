@@ -24,7 +24,7 @@ from .compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_c
 from .continuation import given_cache
 from .generation_config import requested_window, resolved_config
 from .installed import family_of, original_attribute
-from .layout import bounded_cache_for, model_request, rotary_finder
+from .layout import bounded_cache_for, check_family, model_request, rotary_finder
 from .prepare import prepare_calling
 from .request import BoundedRequest
 from .run_checks import Run, check_assistant, check_run
@@ -37,14 +37,16 @@ def bounded_cache(
     config = resolved_config(model, generation_config, kwargs)
     window_prefill = config.prefill_chunk_size is not None
     request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill, source=source)
-    request = model_request(model, request)
     family = family_of(model)
+    check_family(model, family)
+    request = model_request(model, request)
     tokens = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
     check_run(Run(model, family, request, config, kwargs, tokens, kwargs.get("attention_mask")))
     cache, rotary = passed_cache(kwargs), rotary_finder(family)
     if cache is None:
-        return bounded_cache_for(model, request, rotary)
-    cache = given_cache(model, cache, request, rotary, None if tokens is None else tokens.shape[1])
+        return bounded_cache_for(model, request, rotary, family.rope_layers)
+    width = None if tokens is None else tokens.shape[1]
+    cache = given_cache(model, cache, request, rotary, width, family.rope_layers)
     if window_prefill and cache.cursor is not None:
         require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
     cache.set_window_prefill(window_prefill)

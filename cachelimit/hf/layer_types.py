@@ -1,40 +1,85 @@
-"""Which attention each decoder layer uses (full or sliding window), read from the model's config.
+"""What each decoder layer caches, read from the model's config: which layers the bound keeps, and what it leaves alone.
 
-transformers declares per-layer attention in `config.layer_types` (Gemma 2/3, Qwen2/3, Cohere2, ...); older configs
-only have a `sliding_window` that applies to every layer (Mistral, Mixtral, Phi-3, Starcoder2). Each attention type
-becomes one group of bounded layers (`core.cache.LayerGroup`), with its own window and its own mask.
+transformers names a cache layer type per decoder layer (`config.layer_types`, or its own reading of the config:
+`compat.cache_layer_types`). Three kinds of attention are bounded, each type one group of bounded layers
+(`core.cache.LayerGroup`) with its own policy and its own mask:
+- `full_attention`: keeps the limit `L`;
+- `sliding_attention` (a native window `W`, keys a query sees, itself included): keeps `min(L, W - 1)`, the window
+  applying on top (Gemma 2/3/4, GPT-OSS, Cohere 2, OLMo 3, ...);
+- `chunked_attention` (chunks of `C` positions, Llama 4): keeps `min(L, S + C - 1)`: a query never reads past its own
+  chunk, so the chunk applies on top and the sinks (visible from the first chunk only) need no part of it.
+Everything else is transformers' own cache layer, untouched by the bound: the recurrent state of a linear-attention,
+SSM or short-convolution layer (`linear_attention`, `conv`: Qwen 3.5, Qwen3-Next, Jamba, Bamba, LFM2, ...), and
+nothing at all for a layer that reads another layer's keys and values (`dummy`: Gemma 3n and Gemma 4's KV sharing,
+which then reads the bounded cache of the layer it shares with, under that layer's plan and mask). A `hybrid` layer
+(Zamba 2, Falcon-H1) has both: a bounded attention part and its own recurrent state.
 """
 
 from __future__ import annotations
 
-FULL, SLIDING = "full_attention", "sliding_attention"
+from dataclasses import dataclass, field
+
+from .compat import cache_layer_types
+
+FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
+BOUNDED = (FULL, SLIDING, CHUNKED)
+#: transformers' cache layer types of recurrent states, which the bound leaves as they are
+RECURRENT = ("linear_attention", "conv")
+#: cache layer types with an attention part (of this type) and a recurrent state
+HYBRID = {"hybrid": FULL, "hybrid_sliding": SLIDING}
+#: the cache layer type of a layer that keeps nothing (it reads another layer's keys and values, or has no attention)
+NOTHING = "dummy"
+#: the config field that sizes an attention type's own pattern
+SIZE_FIELD = {SLIDING: "sliding_window", CHUNKED: "attention_chunk_size"}
 
 
-def attention_kinds(config) -> list[str]:
-    """The attention type of every decoder layer."""
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types:
-        return list(layer_types)
-    window = getattr(config, "sliding_window", None)
-    sliding = isinstance(window, int) and window > 0
-    return [SLIDING if sliding else FULL] * config.num_hidden_layers
+@dataclass(frozen=True)
+class LayerKind:
+    """What one decoder layer caches: `attention`, the attention type the bound keeps (its group; None: no keys and
+    values of its own), and `state`, the transformers cache layer type of what the bound leaves alone (a recurrent
+    state, `NOTHING`; None: nothing), with `state_kwargs` for its layer class."""
+
+    attention: str | None
+    state: str | None = None
+    state_kwargs: dict = field(default_factory=dict)
+
+
+def layer_kinds(config) -> list[LayerKind]:
+    """What every decoder layer caches; a ValueError for a layer type the bound cannot serve."""
+    kinds = []
+    for layer_type, kwargs in zip(*cache_layer_types(config), strict=True):
+        if layer_type in BOUNDED:
+            kinds.append(LayerKind(layer_type))
+        elif layer_type in HYBRID:
+            kinds.append(LayerKind(HYBRID[layer_type], "linear_attention", kwargs))
+        elif layer_type in RECURRENT or layer_type == NOTHING:
+            kinds.append(LayerKind(None, layer_type, kwargs))
+        else:
+            served = ", ".join(repr(kind) for kind in (*BOUNDED, *RECURRENT, *HYBRID, NOTHING))
+            raise ValueError(
+                f"`cache_limit` serves cache layer types {served}; layer {len(kinds)} of this model is "
+                f"{layer_type!r}, whose cache the bound cannot keep exactly."
+            )
+    return kinds
+
+
+def attention_kinds(config) -> list[str | None]:
+    """The bounded attention type of every decoder layer (None: it keeps no keys and values of its own)."""
+    return [kind.attention for kind in layer_kinds(config)]
 
 
 def attention_windows(config) -> dict[str, int | None]:
-    """Attention type -> its native window (keys a query sees, itself included; None: full attention), for the types
-    the model's layers use, in the order of their first layer. Raises a ValueError for what cannot be served."""
-    kinds = list(dict.fromkeys(attention_kinds(config)))
-    unknown = [kind for kind in kinds if kind not in (FULL, SLIDING)]
-    if unknown:
-        raise ValueError(f"`cache_limit` supports layers of types {FULL!r} and {SLIDING!r}; this model has {unknown}.")
-    window = getattr(config, "sliding_window", None)
-    if SLIDING in kinds and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"config.layer_types asks for sliding attention but config.sliding_window={window!r}.")
-    return {kind: window if kind == SLIDING else None for kind in kinds}
-
-
-def native_window(config) -> int | None:
-    """The model's own sliding window when EVERY layer has it; None when some layer attends to everything (no layer
-    slides, or a hybrid model: its full layers keep the limit)."""
-    windows = attention_windows(config)
-    return windows[SLIDING] if set(windows) == {SLIDING} else None
+    """Bounded attention type -> its native size (the sliding window W, keys a query sees, itself included; the
+    chunk size C of chunked attention; None: full attention), for the types the model's layers use, in the order of
+    their first layer. Raises a ValueError for what cannot be served."""
+    kinds = [kind for kind in dict.fromkeys(attention_kinds(config)) if kind is not None]
+    if not kinds:
+        raise ValueError("`cache_limit` bounds attention layers, and this model has none (only recurrent layers).")
+    sizes = {}
+    for kind in kinds:
+        name = SIZE_FIELD.get(kind)
+        size = None if name is None else getattr(config, name, None)
+        if name is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"config.layer_types asks for {kind} but config.{name}={size!r}.")
+        sizes[kind] = size
+    return sizes

@@ -1,10 +1,11 @@
-"""Fit a bounded cache to a model: one layer per decoder layer, grouped by attention type, with each layer's rotary.
+"""Fit a bounded cache to a model: one layer per decoder layer, attention layers grouped by type, each with its rotary.
 
-Read from the model, never from a family list: the attention type and window of every layer (`hf.layer_types`), and
-the rotary its keys carry (`layer_rotary_kinds`: one rotary for every layer, one per layer type for Gemma 3, none for
-SmolLM3's NoPE layers). Each attention type is one `core.cache.LayerGroup` under its own policy (a sliding layer
-keeps min(L, W - 1) positions and applies its window W, a full layer keeps L: `BoundedRequest.kept`); RoPE layers of
-a run with sinks move their sink keys with the model's own rotary module and `apply_rotary_pos_emb` (`rotary_shift`).
+Read from the model, never from a family list: what every layer caches (`hf.layer_types`: a bounded attention type
+and its native window or chunk, a recurrent state left to transformers' own cache layer, nothing for a KV-sharing
+consumer), and the rotary its keys carry (`layer_rotary_kinds`: one rotary for every layer, one per layer type for
+Gemma 3/4 and OLMo 3, none for NoPE layers). Each attention type is one `core.cache.LayerGroup` under its own policy
+(`BoundedRequest.kept`); RoPE layers of a run with sinks move their sink keys with the model's own rotary module and
+rotation function (`rotary_shift`; a family whose rotation is called another way passes its own finder).
 """
 
 from __future__ import annotations
@@ -20,19 +21,23 @@ from ..core.cache import BoundedCache, LayerGroup
 from ..core.layers import BoundedLayer
 from ..core.rotary import RotaryShift
 from ..core.window import WindowPolicy
+from . import compat
+from .cache_layers import hybrid_layer_class, own_layer
 from .compat import decoder_body, has_separate_local_rotary, require, uses_rope
 from .installed import family_of
-from .layer_types import attention_kinds, attention_windows
+from .layer_types import CHUNKED, RECURRENT, attention_windows, layer_kinds
 from .request import BoundedRequest
 
 #: (model, rotary kind of a layer) -> the `RotaryShift` that moves its sink keys, or None (no positions)
 RotaryFinder = Callable[[torch.nn.Module, "str | None"], "RotaryShift | None"]
+#: config -> per decoder layer, whether its keys carry rotary positions (for families whose config does not say)
+RopeLayers = Callable[[object], "list[bool]"]
 
 
-def layer_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
+def layer_rotary_kinds(model: torch.nn.Module, rope_layers: RopeLayers | None = None) -> list[str | None]:
     """Per decoder layer: the rotary variant its keys carry (a layer type such as "sliding_attention" for models with
-    one rotary per layer type, "" for a single rotary), or None for a layer without positions (SmolLM3's NoPE
-    layers, `config.no_rope_layers[i] == 0`)."""
+    one rotary per layer type, "" for a single rotary), or None for a layer without positions: NoPE layers
+    (`config.no_rope_layers[i] == 0`: SmolLM3, Llama 4; or the family's `rope_layers`: Cohere 2, EXAONE 4)."""
     config = model.config
     rotary = getattr(decoder_body(model), "rotary_emb", None)
     layers = config.num_hidden_layers
@@ -40,16 +45,21 @@ def layer_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
         return [None] * layers
     per_type = "layer_type" in inspect.signature(rotary.forward).parameters
     kinds: list[str | None] = list(config.layer_types) if per_type else [""] * layers
-    no_rope = getattr(config, "no_rope_layers", None)
-    if no_rope is not None:
-        kinds = [kind if uses else None for kind, uses in zip(kinds, no_rope, strict=True)]
+    rotating = getattr(config, "no_rope_layers", None)
+    if rope_layers is not None:
+        rotating = rope_layers(config)
+    if rotating is not None:
+        kinds = [kind if uses else None for kind, uses in zip(kinds, rotating, strict=True)]
     return kinds
 
 
-def rotary_shift(model: torch.nn.Module, kind: str | None, rotary_at_end: bool = False) -> RotaryShift | None:
+def rotary_shift(
+    model: torch.nn.Module, kind: str | None, *, apply_name: str = "apply_rotary_pos_emb", **options
+) -> RotaryShift | None:
     """The `RotaryShift` of the layers of rotary `kind` (see `layer_rotary_kinds`): the rotary module transformers'
-    decoders keep at `model.base_model.rotary_emb`, with the `apply_rotary_pos_emb` of that module's own modeling file;
-    None for layers without positions (their sink keys stay as written)."""
+    decoders keep at `model.base_model.rotary_emb`, with the rotation function `apply_name` of that module's own
+    modeling file, called `(q, k, cos, sin)` or, where it rotates one tensor (Gemma 3n/4), `(x, cos, sin)`; None for
+    layers without positions (their sink keys stay as written). `options` go to `RotaryShift`."""
     if kind is None:
         return None
     rotary = getattr(decoder_body(model), "rotary_emb", None)
@@ -58,48 +68,80 @@ def rotary_shift(model: torch.nn.Module, kind: str | None, rotary_at_end: bool =
             f"{type(model).__name__} has no rotary embedding at `model.base_model.rotary_emb`; attention sinks "
             "need one to move the sink keys (or use num_sink_tokens=0)."
         )
-    apply = getattr(sys.modules[type(rotary).__module__], "apply_rotary_pos_emb", None)
+    apply = getattr(sys.modules[type(rotary).__module__], apply_name, None)
     if apply is None:
-        raise ValueError(f"{type(rotary).__module__} has no `apply_rotary_pos_emb` to move sink keys with.")
+        raise ValueError(f"{type(rotary).__module__} has no `{apply_name}` to move sink keys with.")
+    if list(inspect.signature(apply).parameters)[1:2] == ["cos"]:  # rotates one tensor: (x, cos, sin)
+        apply = partial(_one_tensor, apply)
     rope_type = rotary.rope_type[kind] if kind else rotary.rope_type
     cos_sin_at = partial(rotary, layer_type=kind) if kind else rotary
-    return RotaryShift(cos_sin_at, apply, model.dtype, rope_type, rotary_at_end)
+    return RotaryShift(cos_sin_at, apply, model.dtype, rope_type, **options)
+
+
+def _one_tensor(apply, query, key, cos, sin):
+    """A `(q, k, cos, sin)` rotation from a function that rotates one tensor (Gemma 3n/4's `apply_rotary_pos_emb`)."""
+    return query, apply(key, cos, sin)
 
 
 def model_request(model: torch.nn.Module, request: BoundedRequest) -> BoundedRequest:
-    """`request` fitted to the model's attention types (validated against their windows)."""
+    """`request` fitted to the model's attention types (validated against their windows and chunks)."""
     return request.for_windows(attention_windows(model.config))
 
 
-def fit(cache: BoundedCache, model: torch.nn.Module, request: BoundedRequest, rotary: RotaryFinder | None) -> None:
-    """Give `cache` the model's layers: one group per attention type, a `BoundedLayer` per decoder layer, the sink
-    keys of RoPE layers moved with `rotary` (None: the family's positions are learned; sinks keep theirs)."""
+def fit(
+    cache: BoundedCache,
+    model: torch.nn.Module,
+    request: BoundedRequest,
+    rotary: RotaryFinder | None,
+    rope_layers: RopeLayers | None = None,
+) -> None:
+    """Give `cache` the model's layers: one group per attention type, a `BoundedLayer` per attention layer (a
+    `BoundedHybridLayer` for one that also has a recurrent state), transformers' own layer for the others; the sink
+    keys of RoPE layers moved with `rotary` (None: the family has no rotary positions; sinks keep theirs)."""
     request = model_request(model, request)
-    kinds = attention_kinds(model.config)
-    rotary_kinds = layer_rotary_kinds(model)
+    kinds = layer_kinds(model.config)
+    rotary_kinds = layer_rotary_kinds(model, rope_layers)
     rotaries: dict[str, RotaryShift] = {}
     if request.sinks and rotary is not None and uses_rope(model.config):
         if has_separate_local_rotary(model):
             require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
-        rotaries = {kind: rotary(model, kind) for kind in dict.fromkeys(rotary_kinds) if kind is not None}
-    groups = {
-        name: LayerGroup(name, WindowPolicy(request.kept(window), request.sinks, request.window_prefill, window))
-        for name, window in request.windows
-    }
+        bounded = [rk for rk, kind in zip(rotary_kinds, kinds, strict=True) if kind.attention is not None]
+        rotaries = {rk: rotary(model, rk) for rk in dict.fromkeys(bounded) if rk is not None}
+    groups = {name: LayerGroup(name, policy_for(request, name, size)) for name, size in request.windows}
     layers = []
-    for attention, kind in zip(kinds, rotary_kinds, strict=True):
-        group = groups[attention]
-        shift = rotaries.get(kind) if kind is not None else None
+    for kind, rotary_kind in zip(kinds, rotary_kinds, strict=True):
+        if kind.attention is None:
+            layers.append(own_layer(kind))
+            continue
+        group = groups[kind.attention]
+        shift = rotaries.get(rotary_kind) if rotary_kind is not None else None
         if shift is not None:
-            group.rotaries[kind] = shift
-        layers.append(BoundedLayer(group, shift, kind or ""))
-    cache.fit(model, list(groups.values()), layers)
+            group.rotaries[rotary_kind] = shift
+        if kind.state is None:
+            layers.append(BoundedLayer(group, shift, rotary_kind or ""))
+        else:
+            layers.append(hybrid_layer_class()(group, shift, rotary_kind or "", **kind.state_kwargs))
+    recurrent = tuple(dict.fromkeys(kind.state for kind in kinds if kind.state in RECURRENT))
+    cache.fit(model, list(groups.values()), [layer for layer in layers if layer is not None], recurrent)
 
 
-def bounded_cache_for(model: torch.nn.Module, request: BoundedRequest, rotary: RotaryFinder | None) -> BoundedCache:
+def policy_for(request: BoundedRequest, kind: str, size: int | None) -> WindowPolicy:
+    """The window policy of one attention type: what it keeps (`BoundedRequest.kept`), and its own pattern on top (a
+    native sliding window, or chunks)."""
+    chunk = size if kind == CHUNKED else None
+    window = None if kind == CHUNKED else size
+    return WindowPolicy(request.kept(kind, size), request.sinks, request.window_prefill, window, chunk)
+
+
+def bounded_cache_for(
+    model: torch.nn.Module,
+    request: BoundedRequest,
+    rotary: RotaryFinder | None,
+    rope_layers: RopeLayers | None = None,
+) -> BoundedCache:
     """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served)."""
     cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill)
-    fit(cache, model, request, rotary)
+    fit(cache, model, request, rotary, rope_layers)
     return cache
 
 
@@ -108,10 +150,19 @@ def rotary_finder(family) -> RotaryFinder | None:
     return (family.rotary or rotary_shift) if family.uses_rope else None
 
 
+def check_family(model, family) -> None:
+    """Refuse (ValueError, before any token) a family this transformers release cannot serve (`Family.since`)."""
+    if family.since is not None:
+        reason, release = family.since
+        require(f"`cache_limit` on {type(model).__name__} ({reason})", getattr(compat, release))
+
+
 def cache_for_model(
     model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False
 ) -> BoundedCache:
     """Installed on patched classes for `BoundedCache.from_model`: the cache a bounded `generate` of this model
     builds, validated as `generate` validates it."""
+    family = family_of(model)
+    check_family(model, family)
     request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill)
-    return bounded_cache_for(model, model_request(model, request), rotary_finder(family_of(model)))
+    return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rope_layers)

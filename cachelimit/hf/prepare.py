@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch
 
 from ..core.cache import BoundedCache
-from .compat import CACHE_ARGUMENT, MASK_POSITION_OF_PADS, chunk_positions_ignore_padding, passed_cache
+from .compat import (
+    CACHE_ARGUMENT,
+    MASK_POSITION_OF_PADS,
+    chunk_positions_ignore_padding,
+    passed_cache,
+    recurrent_mask,
+)
 from .installed import original_attribute
 from .masks import step_mask
 from .validation import check_window
@@ -57,11 +63,14 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
             inputs["position_ids"] = plan.positions.masked_fill(~new_real, MASK_POSITION_OF_PADS)
     if plan.model_mask:  # the first forward, nothing cut: the model's own causal (and sliding) masks are exact
         inputs["attention_mask"] = attention_mask
-    elif len(cache.groups) == 1:  # one attention type: one mask
+    elif len(cache.groups) == 1 and not cache.recurrent_kinds:  # one attention type: one mask
         inputs["attention_mask"] = step_mask(model.config, plan, model.dtype)
-    else:  # a hybrid model takes one mask per layer type, as a dict
+    else:  # a hybrid model takes one mask per layer type, as a dict; recurrent layers get transformers' own
         plans = cache.plans_by_type().items()
-        inputs["attention_mask"] = {kind: step_mask(model.config, each, model.dtype) for kind, each in plans}
+        masks = {kind: step_mask(model.config, each, model.dtype) for kind, each in plans}
+        for kind in cache.recurrent_kinds:
+            masks[kind] = recurrent_mask(model.config, attention_mask, num_new, cache)
+        inputs["attention_mask"] = masks
     return inputs
 
 

@@ -35,36 +35,35 @@ class BoundedRequest:
         limit, sinks = check_window(cache_limit, num_sink_tokens, source=source)
         return cls(limit, sinks, window_prefill, source)
 
-    def kept(self, window: int | None) -> int:
-        """Positions a layer keeps: the limit, or fewer under a native sliding window `window` (keys a query sees,
-        itself included): the smaller window wins, min(L, W - 1). The one place this is computed."""
-        return self.limit if window is None else min(self.limit, window - 1)
+    def kept(self, kind: str, size: int | None) -> int:
+        """Positions a layer of attention type `kind` keeps, given its native `size` (`hf.layer_types`): the limit,
+        or fewer where the model's own pattern hides more. A sliding window W (keys a query sees, itself included):
+        min(L, W - 1), the smaller window wins, sinks included (they stay visible past W: StreamingLLM over that
+        window). Chunks of C (`"chunked_attention"`): min(L, S + C - 1), since a query reads at most C - 1 keys of its
+        own chunk besides itself and the sinks, visible from the first chunk only, take none of them. The one place
+        this is computed."""
+        if size is None:
+            return self.limit
+        if kind == "chunked_attention":
+            return min(self.limit, self.sinks + size - 1)
+        return min(self.limit, size - 1)
 
     def kept_by_type(self) -> dict[str, int]:
-        return {kind: self.kept(window) for kind, window in self.windows}
+        return {kind: self.kept(kind, size) for kind, size in self.windows}
 
     def for_windows(self, windows: Mapping[str, int | None]) -> BoundedRequest:
-        """This request fitted to a model whose attention types have these native windows: the sinks must leave at
-        least one recent position in every type's window, and sinks on types that keep different numbers of positions
-        are not served yet (no independent reference checks them)."""
+        """This request fitted to a model whose attention types have these native sizes (`hf.layer_types`): the
+        sinks must leave at least one recent position in every type's window. Each type then runs the window with
+        sinks over what it keeps (README "Semantics": hybrid models)."""
         fitted = dataclasses.replace(self, windows=tuple(windows.items()))
-        kept = fitted.kept_by_type()
-        if not self.sinks or not kept:
+        if not self.sinks:
             return fitted
-        smallest = min(kept.values())
-        sliding = {kind: window for kind, window in windows.items() if window is not None}
-        note = " (below `cache_limit`)"
-        if smallest < self.limit:
-            window = min(sliding.values())
-            note = f" (below the effective cache limit {smallest}: the model's sliding_window={window})"
-        check_int("num_sink_tokens", self.sinks, 0, smallest - 1, source=self.source, note=note)
-        if len(set(kept.values())) > 1:
-            window = min(sliding.values())
-            raise ValueError(
-                f"`num_sink_tokens` on a model whose layer types keep different windows (sliding_window={window} "
-                f"keeps {min(kept.values())} positions, cache_limit={self.limit} keeps {max(kept.values())}) is not "
-                f"supported yet: use cache_limit <= {window - 1} with sinks, or num_sink_tokens=0."
-            )
+        for kind, size in fitted.windows:
+            kept = fitted.kept(kind, size)
+            note = " (below `cache_limit`)"
+            if kept < self.limit:
+                note = f" (below the effective cache limit {kept} of the {kind} layers: the model's sliding_window={size})"
+            check_int("num_sink_tokens", self.sinks, 0, kept - 1, source=self.source, note=note)
         return fitted
 
     def with_window_prefill(self, window_prefill: bool) -> BoundedRequest:

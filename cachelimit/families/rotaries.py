@@ -1,0 +1,78 @@
+"""How the families whose rotation is not `apply_rotary_pos_emb(q, k, cos, sin)` move their sink keys, and which of
+their layers rotate at all (`Family.rotary`, `Family.rope_layers`; the default is `hf.layout.rotary_shift`).
+
+Each finder still moves keys with the model's own rotary module and its own modeling file's rotation function; it only
+says how that function is called and which cached tensor, and which of its dims, carry the positions.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+import torch
+
+from ..core.rotary import RotaryShift
+from ..hf.compat import MLA_CACHES_LATENT, decoder_body
+from ..hf.layout import rotary_shift
+
+#: GPT-OSS rotates each head's two halves with tables of half its width
+half_tables = partial(rotary_shift, half_tables=True)
+
+
+def sliding_layers_rotate(config) -> list[bool]:
+    """Cohere 2: only the sliding layers apply RoPE; its full-attention layers carry no positions."""
+    return [kind == "sliding_attention" for kind in config.layer_types]
+
+
+def exaone4_layers_rotate(config) -> list[bool]:
+    """EXAONE 4: with a sliding window, only the sliding layers apply RoPE; without one, every layer does."""
+    if config.sliding_window is None:
+        return [True] * config.num_hidden_layers
+    return sliding_layers_rotate(config)
+
+
+def complex_rotary(model, kind: str | None, *, positions_first: bool, **options) -> RotaryShift | None:
+    """A model whose rotary module returns complex frequencies and rotates with `apply_rotary_emb(xq, xk, freqs_cis)`
+    (Llama 4 on [batch, positions, heads, dims] tensors, `positions_first`; DeepSeek V2 on [batch, heads, positions,
+    dims]): the frequencies are split into cos/sin tables of one entry per rotated pair, and put back together to call
+    the model's own function."""
+    if kind is None:
+        return None
+    rotary = decoder_body(model).rotary_emb
+    apply = sys.modules[type(rotary).__module__].apply_rotary_emb
+
+    def cos_sin_at(probe, positions):
+        frequencies = rotary(probe, positions)
+        return frequencies.real, frequencies.imag
+
+    def rotate(query, key, cos, sin):
+        frequencies = torch.complex(cos.float(), sin.float())
+        if positions_first:
+            key = key.transpose(1, 2)
+        rotated = apply(key, key, frequencies)[1]
+        return query, rotated.transpose(1, 2) if positions_first else rotated
+
+    return RotaryShift(cos_sin_at, rotate, model.dtype, rotary.rope_type, half_tables=True, **options)
+
+
+#: Llama 4: complex frequencies on [batch, positions, heads, dims]
+llama4_rotary = partial(complex_rotary, positions_first=True)
+
+
+def mla_options() -> dict:
+    """Where DeepSeek's MLA cache keeps the positions: the values (the shared rotary key, next to the compressed
+    latent as keys) from 5.15.0, the rotary end of each `[nope | rope]` key before (`compat.MLA_CACHES_LATENT`)."""
+    return {"rotates": "values"} if MLA_CACHES_LATENT else {"rotary_at_end": True}
+
+
+def deepseek_v2_rotary(model, kind: str | None) -> RotaryShift | None:
+    """DeepSeek V2: complex frequencies on [batch, heads, positions, dims], MLA cache."""
+    return complex_rotary(model, kind, positions_first=False, **mla_options())
+
+
+def deepseek_v3_rotary(model, kind: str | None) -> RotaryShift | None:
+    """DeepSeek V3: cos/sin tables, MLA cache. With `rope_interleave` the model de-interleaves the rotary dims as it
+    rotates them, so a cached key's rotary dims are in `rotate_half` order already: moving them further is the plain
+    `apply_rotary_pos_emb`, whichever way the model first rotated them."""
+    return rotary_shift(model, kind, **mla_options())
