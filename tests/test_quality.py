@@ -94,8 +94,9 @@ def test_report_tables_and_json(tmp_path):
 
 @pytest.mark.parametrize("window", [{}, {"cache_limit": 5}, {"cache_limit": 6, "num_sink_tokens": 2}])
 def test_chunked_path_equals_decode_path(model, text, window):
-    """The cheap path (the text as a chunked prompt) gives the decode path's numbers."""
+    """The cheap path (the text as a chunked prompt) gives the decode path's numbers, for any chunk size: smaller
+    than the limit, larger than it, and the whole text at once."""
     decoded = torch.tensor(quality.teacher_forced_nll(model, text, **window))
-    for chunk in (1, 7):
+    for chunk in (1, 7, 16, LENGTH):
         chunked = torch.tensor(quality.chunked_nll(model, text, chunk=chunk, **window))
         torch.testing.assert_close(chunked, decoded, atol=1e-4, rtol=0)
