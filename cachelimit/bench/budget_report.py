@@ -35,6 +35,8 @@ def headlines(results: list[dict], unfit: list[dict]) -> list[dict]:
         entry.update(limit=bounded["limit"], budget_bytes=bounded["budget"], new_tokens=bounded["new_tokens"])
         speed = (dense.get("tokens_per_second"), bounded.get("tokens_per_second"))
         entry.update(tokens_per_second_unbounded=speed[0], tokens_per_second_bounded=speed[1])
+        cpu = (dense.get("tokens_per_cpu_second"), bounded.get("tokens_per_cpu_second"))
+        entry["tokens_per_cpu_second_ratio"] = cpu[1] / cpu[0] if cpu[0] and cpu[1] else None
         entry["rows_ratio"] = bounded["rows"] / dense["rows"] if dense["rows"] else None
         entry["tokens_per_second_ratio"] = speed[1] / speed[0] if speed[0] and speed[1] else None
         out.append(entry)
@@ -51,14 +53,16 @@ def headline_text(entry: dict) -> str:
             f", {entry['tokens_per_second_ratio']:.1f}x the aggregate tokens/s "
             f"({entry['tokens_per_second_bounded']:.1f} vs {entry['tokens_per_second_unbounded']:.1f})"
         )
+    if entry.get("tokens_per_cpu_second_ratio"):
+        text += f", {entry['tokens_per_cpu_second_ratio']:.1f}x per CPU second"
     return text
 
 
 def table(results: list[dict], unfit: list[dict]) -> str:
     lines = [
         "| model | rows are | cache | rows | KV per row, fitted | KV held, fitted | KV held, measured | as fitted "
-        "| peak RSS | RSS added | tokens/s | time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak RSS | RSS added | tokens/s | tokens per CPU s | time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job in sorted(results + unfit, key=lambda j: (_group(j), j["limit"] is not None)):
         common = (
@@ -66,14 +70,14 @@ def table(results: list[dict], unfit: list[dict]) -> str:
             f"{job['predicted_row_bytes'] / MIB:,.2f} MiB | {job['predicted_kv_bytes'] / MIB:,.1f} MiB | "
         )
         if "kv_bytes_end" not in job:
-            lines.append(common + "not run: no row fits | | | | | |")
+            lines.append(common + "not run: no row fits | | | | | | |")
             continue
         fitted = job["kv_bytes_end"] == job["predicted_kv_bytes"] == job["kv_bytes_most"]
         added = (job["peak_rss_bytes"] - job["rss_before_bytes"]) / MIB
         lines.append(
             common + f"{job['kv_bytes_end'] / MIB:,.1f} MiB | {'yes' if fitted else '**NO**'} | "
             f"{job['peak_rss_bytes'] / MIB:,.0f} MiB | {added:,.0f} MiB | {job['tokens_per_second']:.1f} | "
-            f"{job['seconds']:.0f} s |"
+            f"{job.get('tokens_per_cpu_second', float('nan')):.1f} | {job['seconds']:.0f} s |"
         )
     return "\n".join(lines)
 

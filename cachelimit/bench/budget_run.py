@@ -119,6 +119,7 @@ def run_one(spec: dict) -> dict:
         "cpu_seconds": cpu_seconds,
         "sequences_out": new.shape[0],
         "tokens_per_second": batch * beams * spec["new_tokens"] / seconds,
+        "tokens_per_cpu_second": batch * beams * spec["new_tokens"] / cpu_seconds,
         "cache_class": type(cache_ref.get("cache")).__name__,
         "tokens_sha1": hashlib.sha1(new.numpy().tobytes()).hexdigest()[:16],
         "torch_threads": torch.get_num_threads(),
