@@ -127,3 +127,29 @@ def test_report_runs_of_different_lengths_past_the_context(tmp_path):
 def test_report_scales_follow_the_length():
     assert quality_report.scales([{"nll": [0.0] * 8192}]) == (512, 256)
     assert quality_report.scales([{"nll": [0.0] * 8193}]) == (2048, 1024)
+
+
+def test_a_stopped_run_leaves_the_positions_it_scored(model, text, tmp_path):
+    """A long chunked run keeps its scored positions in OUT/quality_partial.json as it goes; they equal the whole
+    run's first positions, and the report names the run as stopped (never as the whole text)."""
+    window = {"cache_limit": 6, "num_sink_tokens": 2}
+    job = {"key": "chunked sinks L=6, S=2", "name": "sinks L=6, S=2", "kind": "chunked", "chunk": 7, **window}
+    path = tmp_path / quality.PARTIAL
+    seen = []
+
+    def stop_after_three(scored, cache):
+        keeper(scored, cache)
+        seen.append(sum(part.shape[0] for part in scored))
+        if len(seen) == 3:
+            raise KeyboardInterrupt  # the run is stopped after its third forward
+
+    keeper = quality.PartialRun(path, job, every=1)
+    with pytest.raises(KeyboardInterrupt):
+        quality.chunked_scores(model, text, 7, progress=None, on_scored=stop_after_three, **window)
+    whole = quality.chunked_scores(model, text, 7, **window).nll
+    record = json.loads(path.read_text())
+    assert seen == [7, 14, 21] and record["partial"] and len(record["nll"]) == 21
+    assert record["nll"] == pytest.approx(whole[:21], abs=1e-5) and record["kv_bytes"] > 0
+    stopped = quality.partial_record(tmp_path, done={})
+    assert stopped["name"] == "sinks L=6, S=2 (stopped after 21 positions)"
+    assert quality.partial_record(tmp_path, done={job["key"]: {}}) is None  # the run finished since

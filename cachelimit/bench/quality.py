@@ -31,6 +31,7 @@ import torch
 import transformers
 
 from ..cli.pretrained import MissingModelError, load_pretrained
+from ..core.cache import kv_bytes
 from ..families.patching import patch
 from .progress import RunProgress
 from .quality_report import perplexity, write_report
@@ -50,6 +51,8 @@ from .scoring import (  # noqa: F401  (the scoring functions were first defined 
 DEFAULT_LIMITS = (64, 256)
 SINKS = 4
 SAME_AS_TOKENS = object()  # --dense-tokens unset
+PARTIAL = "quality_partial.json"  # the positions the running chunked run has scored so far
+PARTIAL_EVERY = 8192  # positions between two updates of it
 
 
 def configurations(limits) -> list[dict]:
@@ -156,7 +159,44 @@ def _kept(record: dict | None, job: dict) -> bool:
     return record is not None and all(record.get(key) == job.get(key) for key in SAME_RUN)
 
 
-def run_job(job: dict, model, tokenizer, text_ids, bar) -> dict:
+class PartialRun:
+    """Keeps OUT/quality_partial.json up to date while a chunked run scores a long text (every `every` positions).
+
+    Why: a 100k-token run takes hours on a shared 2-core CPU, and the journal only gets whole runs; if the run is
+    stopped, this file still holds the positions it scored, and `--report-only` reports them as a run that
+    stopped early (its name says after how many positions), never as the whole text. `--resume` runs it again."""
+
+    def __init__(self, path: Path, job: dict, every: int = PARTIAL_EVERY):
+        self.path, self.job, self.every, self.written = path, job, every, 0
+        self.started, self.cpu = time.perf_counter(), time.process_time()
+
+    def __call__(self, scored: list[torch.Tensor], cache) -> None:
+        count = sum(part.shape[0] for part in scored)
+        if count - self.written < self.every:
+            return
+        self.written = count
+        record = {**self.job, "nll": [round(value, 5) for value in torch.cat(scored).tolist()], "partial": True}
+        record.update(kv_bytes=kv_bytes(cache), text_tokens=count + 1)
+        record.update(seconds=round(time.perf_counter() - self.started, 1))
+        record.update(cpu_seconds=round(time.process_time() - self.cpu, 1), load_average=_load())
+        draft = self.path.with_suffix(".tmp")
+        draft.write_text(json.dumps(record) + "\n")
+        draft.replace(self.path)
+
+
+def partial_record(out: Path, done: dict) -> dict | None:
+    """The partial run left in OUT (None if none, or if its run has since finished), named as one that stopped."""
+    path = out / PARTIAL
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record["key"] in done:
+        return None
+    positions = len(record["nll"])
+    return {**record, "name": f"{record['name']} (stopped after {positions:,} positions)"}
+
+
+def run_job(job: dict, model, tokenizer, text_ids, bar, partial: Path | None = None) -> dict:
     """One run: score the text (or sample), with the cache settings of `job`; returns its journal record."""
     window = {} if job["cache_limit"] is None else {
         "cache_limit": job["cache_limit"], "num_sink_tokens": job["num_sink_tokens"]
@@ -170,7 +210,8 @@ def run_job(job: dict, model, tokenizer, text_ids, bar) -> dict:
         if job["kind"] == "nll":
             scored = decode_scores(model, ids, progress=bar, **window)
         else:
-            scored = chunked_scores(model, ids, job["chunk"], progress=bar, **window)
+            keep = None if partial is None else PartialRun(partial, job)
+            scored = chunked_scores(model, ids, job["chunk"], progress=bar, on_scored=keep, **window)
         result = {"nll": [round(value, 5) for value in scored.nll], "kv_bytes": scored.kv_bytes}
         result["text_tokens"] = ids.shape[1]
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
@@ -204,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     journal = args.out / "quality_runs.jsonl"
     if not args.resume and not args.report_only:
         journal.write_text("")
+        (args.out / PARTIAL).unlink(missing_ok=True)
     done = _journal(journal)
     jobs = _jobs(args, limits)
     # a journal record of other settings under a planned key is run again, and replaced
@@ -227,12 +269,14 @@ def main(argv: list[str] | None = None) -> int:
         for job in todo:
             total = job["sample_tokens"] if job["kind"] == "sample" else (job["tokens"] or text_ids.shape[1])
             with progress.run(job["key"], total - (job["kind"] == "nll"), "token") as bar:
-                record = run_job(job, model, tokenizer, text_ids, bar)
+                record = run_job(job, model, tokenizer, text_ids, bar, args.out / PARTIAL)
                 with journal.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
+                (args.out / PARTIAL).unlink(missing_ok=True)
                 bar.finish(_finished_line(record))
             done[job["key"]] = record
-    print(write_report(list(done.values()), args.out))
+    stopped = partial_record(args.out, done)
+    print(write_report(list(done.values()) + ([stopped] if stopped else []), args.out))
     return 0
 
 

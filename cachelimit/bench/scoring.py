@@ -118,21 +118,34 @@ def chunked_nll(model, tokens: torch.Tensor, chunk: int = 64, cache_limit=None, 
     return chunked_scores(model, tokens, chunk, cache_limit, num_sink_tokens).nll
 
 
-def chunked_scores(model, tokens, chunk: int = 64, cache_limit=None, num_sink_tokens=None, progress=None) -> Scored:
+def chunked_scores(
+    model, tokens, chunk: int = 64, cache_limit=None, num_sink_tokens=None, progress=None, on_scored=None
+) -> Scored:
     """`chunked_nll` with the bytes held at the end; `progress.update(n)` after every forward of `n` tokens.
 
-    The hidden states are taken from the model's body with a forward hook (generate only keeps the last
-    position's logits) and scored with the model's own head, `chunk` positions at a time."""
-    states: list[torch.Tensor] = []
+    The hidden states of each forward are taken from the model's body with a forward hook (generate only keeps the
+    last position's logits) and scored at once with the model's own head, so a long run holds no hidden states
+    and can report as it goes: `on_scored(nll_so_far, cache)` after every forward (the quality benchmark journals
+    a partial run with it, so a run stopped after hours still leaves the positions it scored)."""
+    scored: list[torch.Tensor] = []
+    predicted = tokens.shape[1] - 1  # position t predicts text token t + 1
+    watch = _CacheWatch(model)
 
-    def keep(module, args, output):
-        states.append(output[0][0])
+    def score(module, args, output):
+        hidden = output[0][0]
+        start = sum(part.shape[0] for part in scored)
+        end = min(start + hidden.shape[0], predicted)  # transformers 4.x reads the last token in a decoding step
+        if end > start:
+            logits = model.lm_head(hidden[: end - start]).float()
+            targets = tokens[0, start + 1 : end + 1, None]
+            scored.append(-torch.log_softmax(logits, -1).gather(-1, targets)[:, 0])
+            if on_scored is not None:
+                on_scored(scored, watch.cache)
         if progress is not None:
             progress.update(output[0].shape[1])
 
-    handle = decoder_body(model).register_forward_hook(keep)
+    handle = decoder_body(model).register_forward_hook(score)
     window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
-    watch = _CacheWatch(model)
     try:
         with torch.inference_mode():
             model.generate(
@@ -146,16 +159,7 @@ def chunked_scores(model, tokens, chunk: int = 64, cache_limit=None, num_sink_to
     finally:
         handle.remove()
         watch.handle.remove()
-    # the prompt's forwards (transformers 4.x reads its last token in a decoding step); position t -> t + 1
-    hidden = torch.cat(states)[: tokens.shape[1] - 1]
-    states.clear()
-    nll = []
-    with torch.inference_mode():
-        for start in range(0, hidden.shape[0], chunk):
-            logits = model.lm_head(hidden[start : start + chunk]).float()
-            targets = tokens[0, start + 1 : start + 1 + logits.shape[0], None]
-            nll.append(-torch.log_softmax(logits, -1).gather(-1, targets)[:, 0])
-    return Scored(torch.cat(nll).tolist(), watch.held())
+    return Scored(torch.cat(scored).tolist(), watch.held())
 
 
 class _Tick(StoppingCriteria):
