@@ -18,7 +18,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria
 
 from ..core.cache import kv_bytes
-from ..hf.compat import decoder_body, passed_cache
+from ..hf.compat import decoder_body, output_cache, passed_cache
 
 SAMPLE_PROMPT = "Chapter 1\n\nThe lighthouse keeper had not seen a ship in eleven years. One night in November,"
 
@@ -139,8 +139,8 @@ def chunked_scores(
             logits = model.lm_head(hidden[: end - start]).float()
             targets = tokens[0, start + 1 : end + 1, None]
             scored.append(-torch.log_softmax(logits, -1).gather(-1, targets)[:, 0])
-            if on_scored is not None:
-                on_scored(scored, watch.cache)
+            if on_scored is not None:  # the body returns its cache (4.x passes it to the first forwards unnamed)
+                on_scored(scored, output_cache(output) or watch.cache)
         if progress is not None:
             progress.update(output[0].shape[1])
 
