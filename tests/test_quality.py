@@ -4,6 +4,7 @@ equals the NLL of the same text under an independent reference, on a tiny seeded
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -94,8 +95,61 @@ def test_report_tables_and_json(tmp_path):
 
 @pytest.mark.parametrize("window", [{}, {"cache_limit": 5}, {"cache_limit": 6, "num_sink_tokens": 2}])
 def test_chunked_path_equals_decode_path(model, text, window):
-    """The cheap path (the text as a chunked prompt) gives the decode path's numbers."""
+    """The cheap path (the text as a chunked prompt) gives the decode path's numbers, for any chunk size: smaller
+    than the limit, larger than it, and the whole text at once."""
     decoded = torch.tensor(quality.teacher_forced_nll(model, text, **window))
-    for chunk in (1, 7):
+    for chunk in (1, 7, 16, LENGTH):
         chunked = torch.tensor(quality.chunked_nll(model, text, chunk=chunk, **window))
         torch.testing.assert_close(chunked, decoded, atol=1e-4, rtol=0)
+
+
+def test_report_runs_of_different_lengths_past_the_context(tmp_path):
+    """A dense run shorter than the bounded ones leaves its cells past its end empty; positions past the model's
+    context are summarised apart (position p is predicted by the query at p - 1: p <= context is inside)."""
+    dense = [1.0] * 5 + [3.0] * 5  # 10 positions, context 5: 1.0 inside, 3.0 past
+    window = [1.5] * 700
+    runs = [
+        {"kind": "chunked", "name": "dense", "cache_limit": None, "num_sink_tokens": None, "nll": dense,
+         "seconds": 2.0, "cpu_seconds": 1.0, "kv_bytes": 3 << 20, "context": 5, "source": "x"},
+        {"kind": "chunked", "name": "window L=4", "cache_limit": 4, "num_sink_tokens": None, "nll": window,
+         "seconds": 200.0, "cpu_seconds": 100.0, "kv_bytes": 1 << 20, "context": 5, "source": "x"},
+    ]  # fmt: skip
+    text = quality_report.write_report(runs, tmp_path)
+    assert "| 1-512 | 7.39 | 4.48 |" in text  # exp(mean of five 1.0 and five 3.0) = exp(2); exp(1.5)
+    assert "| 513-700 |  | 4.48 |" in text  # the dense run stopped at 10 positions
+    assert "| dense | 10 | 7.39 | 2.72 | 20.09 | 3.0 MiB | 2 s (1 s) |" in text
+    summary = json.loads((tmp_path / "quality.json").read_text())["summary"]
+    assert summary["window L=4"]["perplexity_within_context"] == pytest.approx(math.exp(1.5))
+    assert summary["window L=4"]["dense_perplexity_same_positions"] == pytest.approx(math.exp(16 / 6))  # dense[4:]
+    assert summary["window L=4"]["tokens_per_second"] == pytest.approx(701 / 200.0)
+
+
+def test_report_scales_follow_the_length():
+    assert quality_report.scales([{"nll": [0.0] * 8192}]) == (512, 256)
+    assert quality_report.scales([{"nll": [0.0] * 8193}]) == (2048, 1024)
+
+
+def test_a_stopped_run_leaves_the_positions_it_scored(model, text, tmp_path):
+    """A long chunked run keeps its scored positions in OUT/quality_partial.json as it goes; they equal the whole
+    run's first positions, and the report names the run as stopped (never as the whole text)."""
+    window = {"cache_limit": 6, "num_sink_tokens": 2}
+    job = {"key": "chunked sinks L=6, S=2", "name": "sinks L=6, S=2", "kind": "chunked", "chunk": 7, **window}
+    path = tmp_path / quality.PARTIAL
+    seen = []
+
+    def stop_after_three(scored, cache):
+        keeper(scored, cache)
+        seen.append(sum(part.shape[0] for part in scored))
+        if len(seen) == 3:
+            raise KeyboardInterrupt  # the run is stopped after its third forward
+
+    keeper = quality.PartialRun(path, job, every=1)
+    with pytest.raises(KeyboardInterrupt):
+        quality.chunked_scores(model, text, 7, progress=None, on_scored=stop_after_three, **window)
+    whole = quality.chunked_scores(model, text, 7, **window).nll
+    record = json.loads(path.read_text())
+    assert seen == [7, 14, 21] and record["partial"] and len(record["nll"]) == 21
+    assert record["nll"] == pytest.approx(whole[:21], abs=1e-5) and record["kv_bytes"] > 0
+    stopped = quality.partial_record(tmp_path, done={})
+    assert stopped["name"] == "sinks L=6, S=2 (stopped after 21 positions)"
+    assert quality.partial_record(tmp_path, done={job["key"]: {}}) is None  # the run finished since

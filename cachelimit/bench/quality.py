@@ -21,55 +21,38 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+import transformers
 
 from ..cli.pretrained import MissingModelError, load_pretrained
+from ..core.cache import kv_bytes
 from ..families.patching import patch
-from ..hf.compat import decoder_body
-from .quality_report import write_report
+from .progress import RunProgress
+from .quality_report import perplexity, write_report
+from .scoring import (  # noqa: F401  (the scoring functions were first defined here; they stay reachable)
+    SAMPLE_PROMPT,
+    ForceText,
+    Scored,
+    chunked_nll,
+    chunked_scores,
+    decode_scores,
+    default_text,
+    free_sample,
+    teacher_forced_nll,
+    text_tokens,
+)
 
 DEFAULT_LIMITS = (64, 256)
 SINKS = 4
-SAMPLE_PROMPT = "Chapter 1\n\nThe lighthouse keeper had not seen a ship in eleven years. One night in November,"
-
-
-def default_text() -> str:
-    """The standard library's English reference topics (the text of `help('assert')` etc.), in name order."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[name].strip() for name in sorted(topics))
-
-
-def text_tokens(tokenizer, text: str, count: int) -> torch.Tensor:
-    """The first `count` tokens of `text` ([1, count]), without special tokens."""
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    if ids.shape[1] < count:
-        raise ValueError(f"--tokens {count}: the text has only {ids.shape[1]:,} tokens")
-    return ids[:, :count]
-
-
-class ForceText(LogitsProcessor):
-    """Records -log p(next text token) from the scores it is given, then forces that token.
-
-    Put alone in the processor list of a greedy run: the scores it sees are then the model's raw logits (what
-    `output_logits=True` returns; `tests/test_real_model.py` checks it), and the argmax is the text's token.
-    """
-
-    def __init__(self, tokens: torch.Tensor):
-        self.tokens = tokens[0]
-        self.nll: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        target = self.tokens[input_ids.shape[1]]
-        self.nll.append(-torch.log_softmax(scores[0].float(), -1)[target])
-        forced = torch.full_like(scores, float("-inf"))
-        forced[:, target] = 0.0
-        return forced
+SAME_AS_TOKENS = object()  # --dense-tokens unset
+PARTIAL = "quality_partial.json"  # the positions the running chunked run has scored so far
+PARTIAL_EVERY = 8192  # positions between two updates of it
 
 
 def configurations(limits) -> list[dict]:
@@ -80,78 +63,21 @@ def configurations(limits) -> list[dict]:
     return runs
 
 
-def teacher_forced_nll(model, tokens: torch.Tensor, cache_limit=None, num_sink_tokens=None) -> list[float]:
-    """NLL of tokens[1:] given everything before, through `generate` with the given cache settings."""
-    force = ForceText(tokens)
-    window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
-    with torch.inference_mode():
-        out = model.generate(
-            tokens[:, :1],
-            attention_mask=torch.ones_like(tokens[:, :1]),
-            max_new_tokens=tokens.shape[1] - 1,
-            do_sample=False,
-            logits_processor=LogitsProcessorList([force]),
-            **window,
-        )
-    if not torch.equal(out, tokens):
-        raise RuntimeError("teacher forcing failed: generate did not reproduce the text")
-    return torch.stack(force.nll).tolist()
-
-
-def chunked_nll(model, tokens: torch.Tensor, chunk: int = 64, cache_limit=None, num_sink_tokens=None) -> list[float]:
-    """The same NLL, with the text as the prompt of one `generate` call read `chunk` tokens at a time
-    (`prefill_chunk_size`): with a cache limit every prompt token then obeys the window (and the sinks), which
-    is exactly what decoding it token by token does (the sink and window tests prove the two equal), at a
-    fraction of the cost of one decode step per token. The hidden states are taken from the model's body with a
-    forward hook (generate only keeps the last position's logits) and scored with the model's own head."""
-    states: list[torch.Tensor] = []
-    handle = decoder_body(model).register_forward_hook(lambda module, args, output: states.append(output[0][0]))
-    window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
-    try:
-        with torch.inference_mode():
-            model.generate(
-                tokens,
-                attention_mask=torch.ones_like(tokens),
-                max_new_tokens=1,
-                do_sample=False,
-                prefill_chunk_size=chunk,
-                **window,
-            )
-    finally:
-        handle.remove()
-    # the prompt's forwards (transformers 4.x reads its last token in a decoding step); position t -> t + 1
-    hidden = torch.cat(states)[: tokens.shape[1] - 1]
-    nll = []
-    with torch.inference_mode():
-        for start in range(0, hidden.shape[0], chunk):
-            logits = model.lm_head(hidden[start : start + chunk]).float()
-            targets = tokens[0, start + 1 : start + 1 + logits.shape[0], None]
-            nll.append(-torch.log_softmax(logits, -1).gather(-1, targets)[:, 0])
-    return torch.cat(nll).tolist()
-
-
-def free_sample(model, tokenizer, new_tokens: int, seed: int, **window) -> str:
-    """Sampled text (temperature 0.8, top-p 0.95, same seed for every cache setting) after SAMPLE_PROMPT."""
-    ids = tokenizer(SAMPLE_PROMPT, return_tensors="pt")
-    torch.manual_seed(seed)
-    with torch.inference_mode():
-        out = model.generate(
-            **ids,
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=True,
-            temperature=0.8,
-            top_p=0.95,
-            **window,
-        )
-    return tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
 def _journal(path: Path) -> dict:
     if not path.is_file():
         return {}
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {record["key"]: record for record in records}
+
+
+def _token_count(value: str) -> int | None:
+    """`--tokens`: a positive count, or `all` (None: the whole text)."""
+    if value == "all":
+        return None
+    count = int(value)
+    if count < 2:
+        raise argparse.ArgumentTypeError(f"must be `all` or an int >= 2, got {value}")
+    return count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,14 +90,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--text", type=Path, help="a UTF-8 text file (default: pydoc_data.topics, every Python ships it)"
     )
-    parser.add_argument("--tokens", type=int, default=4096, help="text tokens to score (default: 4096)")
+    parser.add_argument(
+        "--tokens", type=_token_count, default=4096, help="text tokens to score, or `all` (default: 4096)"
+    )
+    parser.add_argument(
+        "--dense-tokens",
+        type=_token_count,
+        default=SAME_AS_TOKENS,
+        help="text tokens for the dense runs, or `all` (default: --tokens); a dense cache grows with the text, "
+        "so a long text is scored by the bounded runs and a shorter prefix by the dense one",
+    )
     parser.add_argument("--limits", default=",".join(map(str, DEFAULT_LIMITS)), help="cache limits (default: 64,256)")
     parser.add_argument(
         "--method",
         choices=("chunked", "decode", "both"),
         default="both",
-        help="chunked: the text as a prompt read 64 tokens at a time (minutes); decode: one generate step per "
-        "token (hours on 2 cores); both (default): chunked, then decode as a cross-check",
+        help="chunked: the text as a prompt read --chunk tokens at a time (minutes); decode: one generate step "
+        "per token (hours on 2 cores); both (default): chunked, then decode as a cross-check",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=256,
+        help="prefill_chunk_size of the chunked runs (default: 256; any size gives the same numbers, a larger one "
+        "fewer forwards)",
     )
     parser.add_argument("--sample-tokens", type=int, default=1500, help="tokens per free sample (0: none)")
     parser.add_argument("--sample-limit", type=int, default=256, help="cache limit of the free samples")
@@ -186,21 +128,114 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _jobs(args, limits) -> list[dict]:
+    dense_tokens = args.tokens if args.dense_tokens is SAME_AS_TOKENS else args.dense_tokens
+    runs = [
+        {**run, "tokens": dense_tokens if run["cache_limit"] is None else args.tokens}
+        for run in configurations(limits)
+    ]
     jobs = []
     if args.method in ("chunked", "both"):
-        jobs += [{**run, "key": f"chunked {run['name']}", "kind": "chunked"} for run in configurations(limits)]
+        jobs += [{**run, "key": f"chunked {run['name']}", "kind": "chunked", "chunk": args.chunk} for run in runs]
     if args.method in ("decode", "both"):
-        jobs += [{**run, "key": f"nll {run['name']}", "kind": "nll"} for run in configurations(limits)]
+        jobs += [{**run, "key": f"nll {run['name']}", "kind": "nll"} for run in runs]
     if args.sample_tokens:
         limit = args.sample_limit
         for name, sinks in (("dense", None), (f"window L={limit}", None), (f"sinks L={limit}, S={SINKS}", SINKS)):
             cache_limit = None if name == "dense" else limit
             jobs.append({"name": name, "cache_limit": cache_limit, "num_sink_tokens": sinks, "kind": "sample"})
-            jobs[-1]["key"] = f"sample {name}"
+            jobs[-1].update(key=f"sample {name}", sample_tokens=args.sample_tokens, seed=args.seed)
     if args.only:
         wanted = {part.strip() for part in args.only.split(";")}
         jobs = [job for job in jobs if job["key"] in wanted]
-    return jobs
+    source = str(args.text or "pydoc_data.topics")
+    return [{**job, "dtype": args.dtype, "source": source} for job in jobs]
+
+
+#: what a journal record must share with a planned job for --resume to keep it instead of running it again
+SAME_RUN = ("kind", "cache_limit", "num_sink_tokens", "tokens", "chunk", "dtype", "source", "sample_tokens", "seed")
+
+
+def _kept(record: dict | None, job: dict) -> bool:
+    return record is not None and all(record.get(key) == job.get(key) for key in SAME_RUN)
+
+
+class PartialRun:
+    """Keeps OUT/quality_partial.json up to date while a chunked run scores a long text (every `every` positions).
+
+    Why: a 100k-token run takes hours on a shared 2-core CPU, and the journal only gets whole runs; if the run is
+    stopped, this file still holds the positions it scored, and `--report-only` reports them as a run that
+    stopped early (its name says after how many positions), never as the whole text. `--resume` runs it again."""
+
+    def __init__(self, path: Path, job: dict, every: int = PARTIAL_EVERY):
+        self.path, self.job, self.every, self.written = path, job, every, 0
+        self.started, self.cpu = time.perf_counter(), time.process_time()
+
+    def __call__(self, scored: list[torch.Tensor], cache) -> None:
+        count = sum(part.shape[0] for part in scored)
+        if count - self.written < self.every:
+            return
+        self.written = count
+        record = {**self.job, "nll": [round(value, 5) for value in torch.cat(scored).tolist()], "partial": True}
+        record.update(kv_bytes=kv_bytes(cache), text_tokens=count + 1)
+        record.update(seconds=round(time.perf_counter() - self.started, 1))
+        record.update(cpu_seconds=round(time.process_time() - self.cpu, 1), load_average=_load())
+        draft = self.path.with_suffix(".tmp")
+        draft.write_text(json.dumps(record) + "\n")
+        draft.replace(self.path)
+
+
+def partial_record(out: Path, done: dict) -> dict | None:
+    """The partial run left in OUT (None if none, or if its run has since finished), named as one that stopped."""
+    path = out / PARTIAL
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record["key"] in done:
+        return None
+    positions = len(record["nll"])
+    return {**record, "name": f"{record['name']} (stopped after {positions:,} positions)"}
+
+
+def run_job(job: dict, model, tokenizer, text_ids, bar, partial: Path | None = None) -> dict:
+    """One run: score the text (or sample), with the cache settings of `job`; returns its journal record."""
+    window = {} if job["cache_limit"] is None else {
+        "cache_limit": job["cache_limit"], "num_sink_tokens": job["num_sink_tokens"]
+    }  # fmt: skip
+    started, cpu = time.perf_counter(), time.process_time()
+    if job["kind"] == "sample":
+        result = {"text": free_sample(model, tokenizer, job["sample_tokens"], job["seed"], progress=bar, **window)}
+        result["prompt"] = SAMPLE_PROMPT
+    else:
+        ids = text_ids[:, : job["tokens"]]
+        if job["kind"] == "nll":
+            scored = decode_scores(model, ids, progress=bar, **window)
+        else:
+            keep = None if partial is None else PartialRun(partial, job)
+            scored = chunked_scores(model, ids, job["chunk"], progress=bar, on_scored=keep, **window)
+        result = {"nll": [round(value, 5) for value in scored.nll], "kv_bytes": scored.kv_bytes}
+        result["text_tokens"] = ids.shape[1]
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    record = {**job, **result, "seconds": round(seconds, 1), "cpu_seconds": round(cpu_seconds, 1)}
+    record.update(context=getattr(model.config, "max_position_embeddings", None), load_average=_load())
+    record.update(threads=torch.get_num_threads(), python=platform.python_version())
+    record.update(torch=torch.__version__, transformers=transformers.__version__)
+    return record
+
+
+def _load() -> float | None:
+    """The 1-minute load average when a run ends: how shared the CPU was (timings on a busy CPU stretch)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def _finished_line(record: dict) -> str:
+    if record["kind"] == "sample":
+        return f"{record['sample_tokens']:,} sampled tokens, {record['seconds']:.0f} s"
+    nll = record["nll"]
+    held = record["kv_bytes"] / 2**20
+    return (
+        f"{len(nll):,} positions, perplexity {perplexity(nll):.2f}, KV held at the end {held:.1f} MiB, "
+        f"{record['seconds']:.0f} s ({record['cpu_seconds']:.0f} s CPU)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     journal = args.out / "quality_runs.jsonl"
     if not args.resume and not args.report_only:
         journal.write_text("")
+        (args.out / PARTIAL).unlink(missing_ok=True)
     done = _journal(journal)
-    todo = [] if args.report_only else [job for job in _jobs(args, limits) if job["key"] not in done]
+    jobs = _jobs(args, limits)
+    # a journal record of other settings under a planned key is run again, and replaced
+    todo = [] if args.report_only else [job for job in jobs if not _kept(done.get(job["key"]), job)]
     if todo:
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -221,29 +259,24 @@ def main(argv: list[str] | None = None) -> int:
         except MissingModelError as error:
             print(f"cachelimit bench --quality: error: {error}", file=sys.stderr)
             return 1
-        print(f"model loaded in {time.perf_counter() - started:.1f} s", flush=True)
+        print(f"model loaded in {time.perf_counter() - started:.1f} s; {len(todo)} runs to do", flush=True)
         patch("llama")
-        text = args.text.read_text(encoding="utf-8") if args.text else default_text()
-        tokens = text_tokens(tokenizer, text, args.tokens)
+        text_ids = text_tokens(tokenizer, args.text.read_text(encoding="utf-8") if args.text else default_text())
         for job in todo:
-            window = {"cache_limit": job["cache_limit"], "num_sink_tokens": job["num_sink_tokens"]}
-            window = {} if job["cache_limit"] is None else window
-            print(f"{job['key']}: running...", flush=True)
-            started = time.perf_counter()
-            if job["kind"] in ("nll", "chunked"):
-                score = teacher_forced_nll if job["kind"] == "nll" else chunked_nll
-                result = {"nll": [round(value, 5) for value in score(model, tokens, **window)]}
-            else:
-                result = {"text": free_sample(model, tokenizer, args.sample_tokens, args.seed, **window)}
-            seconds = time.perf_counter() - started
-            record = {**job, **result, "seconds": round(seconds, 1), "threads": torch.get_num_threads()}
-            record.update(dtype=args.dtype, source=str(args.text or "pydoc_data.topics"), tokens=args.tokens)
-            if job["kind"] == "sample":
-                record.update(prompt=SAMPLE_PROMPT, sample_tokens=args.sample_tokens, seed=args.seed)
-            with journal.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"{job['key']}: {seconds:.0f} s", flush=True)
-    print(write_report(list(_journal(journal).values()), args.out))
+            if job.get("tokens") is not None and job["tokens"] > text_ids.shape[1]:
+                raise SystemExit(f"--tokens {job['tokens']}: the text has only {text_ids.shape[1]:,} tokens")
+        progress = RunProgress(len(todo))
+        for job in todo:
+            total = job["sample_tokens"] if job["kind"] == "sample" else (job["tokens"] or text_ids.shape[1])
+            with progress.run(job["key"], total - (job["kind"] == "nll"), "token") as bar:
+                record = run_job(job, model, tokenizer, text_ids, bar, args.out / PARTIAL)
+                with journal.open("a") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                (args.out / PARTIAL).unlink(missing_ok=True)
+                bar.finish(_finished_line(record))
+            done[job["key"]] = record
+    stopped = partial_record(args.out, done)
+    print(write_report(list(done.values()) + ([stopped] if stopped else []), args.out))
     return 0
 
 

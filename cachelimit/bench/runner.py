@@ -14,18 +14,20 @@ import time
 from pathlib import Path
 
 
-def _run_worker(specs, workdir: Path, index, on_line) -> tuple[list[dict] | dict | None, str]:
-    """Run `specs` (a list of runs, or a calibration) in one fresh worker process; `on_line` sees its stdout lines.
-    Returns (results, stderr); results is None when the worker failed."""
+def _run_worker(
+    specs, workdir: Path, index, on_line, module: str = "cachelimit.bench.worker"
+) -> tuple[list[dict] | dict | None, str]:
+    """Run `specs` (a list of runs, or a calibration) in one fresh worker process (`python -m module SPECS RESULTS`);
+    `on_line` sees its stdout lines. Returns (results, stderr); results is None when the worker failed."""
     spec_path, result_path, error_path = (workdir / f"{name}{index}.json" for name in ("spec", "result", "stderr"))
     spec_path.write_text(json.dumps(specs))
     env = dict(os.environ)
     package_root = str(Path(__file__).resolve().parents[2])  # the folder holding `cachelimit`
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    threads = (specs[0] if isinstance(specs, list) else specs)["threads"]
+    threads = (specs[0] if isinstance(specs, list) else specs).get("threads")
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
-    command = [sys.executable, "-m", "cachelimit.bench.worker", str(spec_path), str(result_path)]
+    command = [sys.executable, "-m", module, str(spec_path), str(result_path)]
     with open(error_path, "w") as errors:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
         for line in process.stdout:

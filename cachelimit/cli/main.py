@@ -177,14 +177,17 @@ COMMANDS = {
     "demo": "cachelimit.cli.demo",
     "bench": "cachelimit.bench.sweep",
     "bench --quality": "cachelimit.bench.quality",
+    "bench --budget": "cachelimit.bench.budget",
 }
 
 
 def run_bench(argv: list[str]) -> int:
-    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.bench.sweep.main` (speed)
-    or, with --quality, to `cachelimit.bench.quality.main` (what a bounded cache does to a real model's text)."""
-    name = COMMANDS["bench --quality" if "--quality" in argv else "bench"]
-    argv = [arg for arg in argv if arg != "--quality"]
+    """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.bench.sweep.main` (speed),
+    with --quality to `cachelimit.bench.quality.main` (what a bounded cache does to a real model's text), with
+    --budget to `cachelimit.bench.budget.main` (how many more rows fit in the same KV memory)."""
+    scenario = next((flag for flag in ("--quality", "--budget") if flag in argv), None)
+    name = COMMANDS[f"bench {scenario}" if scenario else "bench"]
+    argv = [arg for arg in argv if arg != scenario]
     try:
         benchmark = importlib.import_module(name)
     except ModuleNotFoundError as error:
