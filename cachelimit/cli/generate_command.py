@@ -50,8 +50,9 @@ def device_from(requested: str | None) -> torch.device:
     return device
 
 
-def generate_command(args: argparse.Namespace) -> int:
-    """Stream MODEL's text to stdout with a live status line (tokens, tokens/s, KV bytes) on stderr."""
+def load_for_run(args: argparse.Namespace):
+    """`(model on its device, tokenizer, family, header)` for MODEL (the built-in tiny model when none is given); the
+    device is checked before anything is built or loaded."""
     device, dtype = device_from(args.device), getattr(torch, args.dtype)
     if args.model is None:
         (model, tokenizer), family = build_tiny_model(dtype), "llama"
@@ -59,12 +60,12 @@ def generate_command(args: argparse.Namespace) -> int:
     else:
         model, tokenizer, family = load_model(args.model, dtype)
         header = f"cachelimit: {args.model} ({family} family), {args.dtype} on {device}"
-    model = model.to(device)
-    encoded, args.prompt = encode_prompt(tokenizer, args.prompt, args.chat)  # (model inputs, text echoed)
-    inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
-    prompt_length = inputs["input_ids"].shape[1]
-    if prompt_length == 0:
-        raise CliError("argument --prompt: the prompt has no tokens; give some text", code=2)
+    return model.to(device), tokenizer, family, header
+
+
+def run_options(args: argparse.Namespace, model, tokenizer) -> dict:
+    """The `generate` keyword arguments the flags ask for (new tokens, sampling, chunked prefill, the window), and a
+    pad token where the model has none (transformers warns and picks one otherwise)."""
     options = {"max_new_tokens": args.max_new_tokens, "do_sample": args.sample}
     if args.prefill_chunk_size is not None:
         options["prefill_chunk_size"] = args.prefill_chunk_size
@@ -72,14 +73,32 @@ def generate_command(args: argparse.Namespace) -> int:
         options["pad_token_id"] = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
+    if args.cache_limit is not None:
+        options.update(cache_limit=args.cache_limit, num_sink_tokens=args.sinks)
+    return options
+
+
+def window_label(args: argparse.Namespace) -> str:
+    """How the status line names the cache: "unbounded", or "limit L" with its sinks."""
     if args.cache_limit is None:
-        label = "unbounded"
+        return "unbounded"
+    return f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
+
+
+def generate_command(args: argparse.Namespace) -> int:
+    """Stream MODEL's text to stdout with a live status line (tokens, tokens/s, KV bytes) on stderr."""
+    model, tokenizer, family, header = load_for_run(args)
+    device = model.device
+    encoded, args.prompt = encode_prompt(tokenizer, args.prompt, args.chat)  # (model inputs, text echoed)
+    inputs = {key: encoded[key].to(device) for key in ("input_ids", "attention_mask") if key in encoded}
+    prompt_length = inputs["input_ids"].shape[1]
+    if prompt_length == 0:
+        raise CliError("argument --prompt: the prompt has no tokens; give some text", code=2)
+    options, label = run_options(args, model, tokenizer), window_label(args)
+    if args.cache_limit is None:
         check = FAMILIES[family].check_generation  # a bounded run is checked by cachelimit's generate
         if check is not None:
             check(model, prompt_length, args.max_new_tokens)
-    else:
-        options.update(cache_limit=args.cache_limit, num_sink_tokens=args.sinks)
-        label = f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
     patch(family)
     torch.manual_seed(args.seed)
     with StatusLine() as status, KVMeter(model) as meter:

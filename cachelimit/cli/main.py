@@ -4,6 +4,7 @@
     cachelimit generate --cache-limit 256             # the built-in tiny model, streamed, live KV size
     cachelimit generate gpt2 --prompt "Hello" --max-new-tokens 500 --cache-limit 128 --sinks 4
     cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4   # a real model, offline
+    cachelimit chat smollm2 --cache-limit 512 --sinks 4    # an endless chat: the cache is carried from turn to turn
     cachelimit bench --quick                          # the benchmark sweep (see cachelimit.benchmark)
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 when a model cannot be loaded or
@@ -12,168 +13,21 @@ a run fails, 130 when interrupted.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import os
 import sys
-import tempfile
-from pathlib import Path
 
-from .._version import __version__
-from ..core.policy import MAX_CACHE_LIMIT
-from ..families.table import FAMILIES
-from ..hf.request import BoundedRequest
 from .errors import CliError
-from .flag_types import MAX_SEED, int_in_range, token_count
-from .model_argument import LoadError, resolve_source
+from .model_argument import LoadError
+from .parser import build_parser, check_arguments, family_names
 
-DTYPES = ("float32", "bfloat16")
-#: the generate arguments' names as this command line spells them (for the shared validator's messages)
-FLAGS = {"cache_limit": "--cache-limit", "num_sink_tokens": "--sinks"}
-DEMO_SINKS = 4
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (no usage block): the --help of the command says the rest."""
-
-    def error(self, message: str):
-        raise CliError(f"{message} (see `{self.prog} --help`)", code=2, prog=self.prog)
-
-
-def family_names() -> list[str]:
-    """The supported families, from the family table (which imports no torch: `--help` must not wait for it)."""
-    return sorted(FAMILIES)
-
-
-def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | None) -> None:
-    unbounded = "unbounded, for comparison" if default_limit is None else str(default_limit)
-    parser.add_argument(
-        "--cache-limit",
-        type=token_count,
-        default=default_limit,
-        metavar="L",
-        help=f"keep at most L cached positions per layer (default: {unbounded})",
-    )
-    sinks = "" if default_limit is None else f" (default: {DEMO_SINKS}, or L - 1 when L <= {DEMO_SINKS})"
-    parser.add_argument(
-        "--sinks",
-        type=int_in_range(0, MAX_CACHE_LIMIT - 1),
-        default=None,
-        metavar="S",
-        help=f"of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L{sinks}",
-    )
-
-
-def _check_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """`--cache-limit`/`--sinks` through the same validator as `generate(cache_limit=, num_sink_tokens=)`."""
-    if args.command == "demo" and args.sinks is None:  # the demo's default sinks fit any limit
-        args.sinks = min(DEMO_SINKS, args.cache_limit - 1)
-    if args.cache_limit is None and args.sinks is None:
-        return
-    try:
-        BoundedRequest.from_arguments(args.cache_limit, args.sinks)
-    except (ValueError, TypeError) as error:
-        requirement = getattr(error, "requirement", str(error))
-        for name, flag in FLAGS.items():
-            requirement = requirement.replace(f"`{name}`", flag)
-        parser.error(f"argument {FLAGS.get(getattr(error, 'argument', ''), '--cache-limit')}: {requirement}")
-
-
-def _check_out(parser: argparse.ArgumentParser, directory: Path) -> None:
-    """The demo writes its plot and JSON at the end: a place it cannot write to fails now, not after the runs."""
-    if directory.exists() and not directory.is_dir():
-        parser.error(f"argument --out: {str(directory)!r} is a file; give a directory")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as error:
-        parser.error(f"argument --out: cannot write to {str(directory)!r}: {error.strerror or error}")
-
-
-def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """The checks argparse cannot express on one argument alone."""
-    prompt = getattr(args, "prompt", None)
-    if prompt == "":
-        parser.error("argument --prompt: must not be empty")
-    if prompt is not None:
-        try:
-            prompt.encode("utf-8")
-        except UnicodeEncodeError:  # bytes the locale could not decode arrive as lone surrogates
-            parser.error("argument --prompt: is not valid UTF-8 text (check the terminal's or the script's encoding)")
-    if getattr(args, "model", None) is not None:
-        resolve_source(args.model)  # a mistyped local path fails now, before any import or download
-    _check_window(parser, args)
-    if args.command == "demo":
-        _check_out(parser, args.out)
-
-
-def build_parser() -> _Parser:
-    parser = _Parser(
-        prog="cachelimit",
-        description="Bound the KV cache of Hugging Face transformers generation, and watch it stay flat.",
-    )
-    parser.add_argument("--version", action="version", version=f"cachelimit {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    generate = commands.add_parser(
-        "generate",
-        help="stream text from a model with a live KV-cache readout",
-        description="Generate text from MODEL, streamed to stdout, with tokens, tokens/s and the KV cache size "
-        "shown live on stderr. Without --cache-limit the cache is unbounded, for comparison.",
-    )
-    generate.add_argument(
-        "model",
-        nargs="?",
-        metavar="MODEL",
-        help="a transformers model name or local directory (model + tokenizer), `smollm2` (a real model, offline, "
-        f"see README) or by default the built-in tiny model. Supported families: {', '.join(family_names())}",
-    )
-    text = generate.add_mutually_exclusive_group()
-    text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
-    text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
-    generate.add_argument("--max-new-tokens", type=token_count, default=200, metavar="N", help="(default: 200)")
-    add_window_arguments(generate, default_limit=None)
-    generate.add_argument(
-        "--prefill-chunk-size",
-        type=token_count,
-        metavar="C",
-        help="read the prompt C tokens at a time (with --cache-limit every prompt token obeys the window)",
-    )
-    generate.add_argument("--dtype", choices=DTYPES, default="float32", help="(default: float32)")
-    generate.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    generate.add_argument(
-        "--seed", type=int_in_range(0, MAX_SEED), default=0, metavar="K", help="random seed for --sample (default: 0)"
-    )
-    generate.set_defaults(parser=generate)
-    mode = generate.add_mutually_exclusive_group()
-    mode.add_argument("--sample", dest="sample", action="store_true", help="sample from the model")
-    mode.add_argument("--greedy", dest="sample", action="store_false", help="pick the likeliest token (default)")
-
-    demo = commands.add_parser(
-        "demo",
-        help="offline: unbounded vs bounded cache on smollm2 if installed, else the tiny model; table + PNG plot",
-        description="Generate with a model twice, unbounded and with a cache limit; print the KV cache size side "
-        "by side and plot it against the generated tokens.",
-    )
-    demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
-    demo.add_argument("--tokens", type=token_count, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
-    add_window_arguments(demo, default_limit=256)
-    demo.set_defaults(parser=demo)
-    demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
-
-    commands.add_parser(
-        "bench",
-        add_help=False,
-        help="run the benchmark sweep; all arguments go to it (`cachelimit bench --help`)",
-    )
-    return parser
-
+__all__ = ["build_parser", "check_arguments", "family_names", "main", "run"]
 
 #: the command modules, imported only when their command runs (they need torch and transformers: --help does not)
 COMMANDS = {
     "generate": "cachelimit.cli.generate_command",
+    "chat": "cachelimit.cli.chat",
     "demo": "cachelimit.cli.demo",
     "bench": "cachelimit.bench.sweep",
     "bench --quality": "cachelimit.bench.quality",
@@ -229,9 +83,8 @@ def run(argv: list[str] | None) -> int:
     check_arguments(args.parser, args)
     _quiet_libraries()
     # The commands need torch and transformers: imported only now, so --help and argument errors are instant.
-    if args.command == "generate":
-        return importlib.import_module(COMMANDS["generate"]).generate_command(args)
-    return importlib.import_module(COMMANDS["demo"]).demo_command(args)
+    command = importlib.import_module(COMMANDS[args.command])
+    return getattr(command, f"{args.command}_command")(args)
 
 
 def _one_line(error: BaseException) -> str:

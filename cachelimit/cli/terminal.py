@@ -34,11 +34,12 @@ def format_bytes(count: int) -> str:
 
 
 class KVMeter:
-    """Records the KV cache size after every forward of `model`; use as a context manager."""
+    """Records the KV cache size after every forward of `model` (`bytes`, and the most seen, `peak`); use as a context
+    manager."""
 
     def __init__(self, model):
         self.model = model
-        self.bytes = 0
+        self.bytes = self.peak = 0
         self.handle = None
 
     def _read(self, module, args, kwargs, output) -> None:
@@ -47,6 +48,7 @@ class KVMeter:
             cache = passed_cache(kwargs)
         if cache is not None:
             self.bytes = kv_bytes(cache)
+            self.peak = max(self.peak, self.bytes)
 
     def __enter__(self) -> KVMeter:
         self.handle = self.model.register_forward_hook(self._read, with_kwargs=True)
