@@ -96,9 +96,12 @@ def fit(cache: BoundedCache, model: torch.nn.Module, request: BoundedRequest, ro
     cache.fit(model, list(groups.values()), layers)
 
 
-def bounded_cache_for(model: torch.nn.Module, request: BoundedRequest, rotary: RotaryFinder | None) -> BoundedCache:
-    """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served)."""
-    cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill)
+def bounded_cache_for(
+    model: torch.nn.Module, request: BoundedRequest, rotary: RotaryFinder | None, static: bool = False
+) -> BoundedCache:
+    """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served);
+    `static`: its rings are allocated at their full size (`BoundedCache`)."""
+    cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill, static=static)
     fit(cache, model, request, rotary)
     return cache
 
@@ -109,9 +112,9 @@ def rotary_finder(family) -> RotaryFinder | None:
 
 
 def cache_for_model(
-    model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False
+    model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False
 ) -> BoundedCache:
     """Installed on patched classes for `BoundedCache.from_model`: the cache a bounded `generate` of this model
     builds, validated as `generate` validates it."""
     request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill)
-    return bounded_cache_for(model, model_request(model, request), rotary_finder(family_of(model)))
+    return bounded_cache_for(model, model_request(model, request), rotary_finder(family_of(model)), static)
