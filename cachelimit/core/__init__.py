@@ -11,7 +11,8 @@ Vocabulary (one word per concept, used throughout the package):
 
 Modules: `ring` (placement and growth), `policy` (what a policy provides), `rows` (per-row bookkeeping), `plan`
 (the step program), `window` and `window_plan` (the window-with-sinks policy), `rotary` (moving sink keys with a
-model's own RoPE), `layers` (the slot store), `cache` (the cache made of groups of layers).
+model's own RoPE), `layers` (the slot store), `group` (the layers of one attention type), `cache` (the cache made
+of groups of layers).
 
 Nothing here imports transformers' generation code: only `transformers.cache_utils` (the `Cache` base classes).
 `policy` and this package import no torch, so argument validation can use the limits without loading it.

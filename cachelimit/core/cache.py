@@ -8,22 +8,30 @@ share one policy (`core.policy`), so each forward is planned once per group (`co
 per group. Which layers, groups, windows and rotaries a model has is read by the integration (`hf.layout`), which
 *fits* the cache to a model; a cache built by hand (`BoundedCache(limit, sinks)`) is fitted by the first `generate`
 that uses it. Placement and growth in the ring: `core.ring`.
+
+Under `torch.compile` (`is_compileable`: transformers then compiles the decoding forward), a step's plan, its mask and
+the rotation of the sink keys are all made before the forward, in eager code; the compiled forward only writes each
+layer's new key and value at a tensor index and returns buffers whose shapes stay fixed while the ring does not grow
+(`StepPlan.returned`). What the eager layers check inside the forward (a forward announced by `begin_step`, each
+layer's progress) is kept outside the graph: a compiled layer records the plan it carried out, and `settle` counts
+it, so an interrupted forward is refused by a continuation exactly as in eager mode.
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 import torch
 from transformers.cache_utils import Cache
 
+from .group import LayerGroup
 from .layers import BoundedLayer
 from .plan import StepPlan
-from .policy import Policy
-from .rotary import RotaryShift
-from .rows import RowState
 from .window import WindowPolicy
+
+__all__ = ["BoundedCache", "LayerGroup", "kv_bytes"]
 
 UNFITTED = (
     "BoundedCache was used in a forward before it was fitted to a model; run it through "
@@ -32,53 +40,40 @@ UNFITTED = (
 )
 
 
-@dataclass(eq=False)
-class LayerGroup:
-    """The bounded layers that share one policy, and so one plan per forward. `name` is the attention type they
-    serve (the key of the group's mask); `rotaries` moves the sink keys of its RoPE layers, by rotary kind."""
-
-    name: str
-    policy: Policy
-    rotaries: dict[str, RotaryShift] = field(default_factory=dict)
-    rows: RowState | None = None
-    plan: StepPlan | None = None
-
-    @property
-    def rotates_sinks(self) -> bool:
-        return bool(self.rotaries) and self.policy.num_sinks > 0
-
-    def begin_step(self, new_real: torch.Tensor, model_mask: bool) -> StepPlan:
-        if self.rows is None:
-            self.rows = self.policy.new_rows(new_real.shape[0], new_real.device)
-        plan = self.policy.plan(self.rows, new_real, model_mask=model_mask, rotates_sinks=self.rotates_sinks)
-        if plan.sink_shift is not None:  # one rotation per rotary kind, shared by the group's layers
-            plan.rotations = {kind: rotary.cos_sin(plan.sink_shift) for kind, rotary in self.rotaries.items()}
-        self.plan = plan
-        return plan
-
-    def reset(self) -> None:
-        self.rows = self.plan = None
-
-
 class BoundedCache(Cache):
     """A cache that keeps at most `limit` positions per layer and row, `num_sink_tokens` of them pinned to each row's
     first real tokens. Drive it through `generate(..., cache_limit=...)` on a model patched with `cachelimit.patch`;
     every forward is announced with `begin_step`. `policy` is the run's limit and sinks (a group of sliding layers may
-    keep fewer: its own policy); `window_prefill` makes a chunked prefill obey the window."""
+    keep fewer: its own policy); `window_prefill` makes a chunked prefill obey the window.
 
-    def __init__(self, limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False):
+    `static=True` allocates each layer's ring at its full size (`L - S + 1` slots) with the first forward instead of
+    growing it with what it holds: decode steps then have one shape from the first on, which is what a compiled
+    forward needs (`is_compileable`), at the price of the full ring's memory (and attention over its unwritten, masked
+    slots) before the window fills. The growing ring (the default) holds only what it has seen, and compiles too when
+    a `compile_config` asks for it, with one recompile each time the ring grows (at most one per doubling)."""
+
+    def __init__(self, limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False):
+        if not isinstance(static, bool):
+            raise TypeError(f"`static` must be a bool, got {type(static).__name__} {static!r}.")
         self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill)
+        self.static = static
+        #: a `compile_config` asks this run to compile its decoding forward (set by each bounded `generate`)
+        self.compile_requested = False
         self.groups: list[LayerGroup] = []
         self.owner: weakref.ref | None = None  # the model it was fitted to (see `fit`)
         #: the layer types whose layers the bound leaves alone and that take a mask of their own (recurrent layers:
         #: transformers makes theirs from the 2D padding mask)
         self.recurrent_kinds: tuple[str, ...] = ()
         self._rotates_sinks = False
+        self._hiding_compileable = False
+        #: columns from this one on are tokens `generate` appended (real in every row); None: read every mask
+        self.generated_from: int | None = None
+        self._unread_mask: torch.Tensor | None = None  # the widest 2D mask whose generated columns were not read
         super().__init__(layers=[])
 
     @classmethod
     def from_model(
-        cls, model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False
+        cls, model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False
     ) -> BoundedCache:
         """The cache `generate(..., cache_limit=L, num_sink_tokens=S)` would build for `model`, fitted to it: each
         layer type's native window applies (min(L, W - 1) positions kept) and RoPE sinks move with the model's own
@@ -86,7 +81,24 @@ class BoundedCache(Cache):
         build = getattr(model, "_cachelimit_bounded_cache", None)
         if build is None:
             raise ValueError(f"{type(model).__name__} is not patched; call cachelimit.patch() first.")
-        return build(cache_limit, num_sink_tokens, window_prefill=window_prefill)
+        return build(cache_limit, num_sink_tokens, window_prefill=window_prefill, static=static)
+
+    @property
+    def is_compileable(self) -> bool:
+        """Whether transformers may compile the decoding forward around this cache: a static ring always (on CUDA
+        `generate` then compiles it by itself, as it does for its own static caches), a growing one when the run
+        passed a `compile_config`. Decode steps then return fixed shapes (`StepPlan.returned`). False while the
+        original `prepare_inputs_for_generation` runs (`hiding_compileable`): it would build a mask of its own for a
+        compileable cache, which the bounded mask replaces."""
+        return (self.static or self.compile_requested) and not self._hiding_compileable
+
+    @contextlib.contextmanager
+    def hiding_compileable(self) -> Iterator[None]:
+        self._hiding_compileable = True
+        try:
+            yield
+        finally:
+            self._hiding_compileable = False
 
     @property
     def fitted(self) -> bool:
@@ -144,26 +156,72 @@ class BoundedCache(Cache):
         for group in self.groups:
             group.policy = group.policy.with_window_prefill(window_prefill)
 
-    def begin_step(self, new_real: torch.Tensor) -> StepPlan:
-        """Plan the next forward over `new_real.shape[1]` tokens (bool, False for pads) for every group; returns the
-        first group's plan (its positions are every group's). The model builds every group's mask from one 2D mask
-        when it masks a forward itself, so all groups decide that alike."""
+    def is_generated(self, column: int) -> bool:
+        """Whether the token at `column` is one `generate` appended (`generated_from`): real in every row, since
+        transformers extends the attention mask with ones, so its step needs nothing read from the device."""
+        return self.generated_from is not None and column >= self.generated_from and self.groups[0].rows is not None
+
+    def begin_step(self, new_real: torch.Tensor | None) -> StepPlan:
+        """Plan the next forward over `new_real.shape[1]` tokens (bool, False for pads; None: one token per row that
+        `generate` appended, see `is_generated`) for every group; returns the first group's plan (its positions are
+        every group's). The model builds every group's mask from one 2D mask when it masks a forward itself, so all
+        groups decide that alike."""
         if not self.groups:
             raise RuntimeError(UNFITTED)
+        self.settle()
         rows = self.groups[0].rows
-        if rows is not None and rows.batch != new_real.shape[0]:
+        if new_real is None:
+            if rows is None:
+                raise ValueError("`begin_step(None)` plans one generated token per row: it needs the rows of a run.")
+            batch, num_new, device = rows.batch, 1, rows.num_real.device
+        else:
+            (batch, num_new), device = new_real.shape, new_real.device
+            new_real = new_real.bool()
+        if rows is not None and rows.batch != batch:
             raise ValueError(
-                f"`past_key_values` holds {rows.batch} rows but the inputs have {new_real.shape[0]}: continue a "
+                f"`past_key_values` holds {rows.batch} rows but the inputs have {batch}: continue a "
                 "returned cache with the same batch (num_beams and num_return_sequences multiply the rows; expand "
                 "the cache with `batch_repeat_interleave`)."
             )
-        cursor, num_new = (0 if rows is None else rows.cursor), new_real.shape[1]
+        cursor = 0 if rows is None else rows.cursor
         model_mask = num_new > 1 and all(
             group.policy.first_forward_is_causal(cursor, num_new) for group in self.groups
         )
-        new_real = new_real.bool()
-        plans = [group.begin_step(new_real, model_mask) for group in self.groups]
+        fixed_shapes = self.static or self.compile_requested
+        plans = [
+            group.begin_step(
+                new_real, model_mask, batch=batch, device=device, fixed_shapes=fixed_shapes, static=self.static
+            )
+            for group in self.groups
+        ]
         return plans[0]
+
+    def settle(self) -> None:
+        """Count what compiled forwards wrote: a layer running under `torch.compile` records the plan it carried out
+        (`BoundedLayer.update`) instead of advancing its column count inside the graph, where a changing int would be
+        a guard (a recompile at every step). Exact per layer, so a forward interrupted half-way is refused by a
+        continuation as in eager mode (`hf.continuation`)."""
+        for layer in self.bounded_layers:
+            plan, layer.compiled_plan = layer.compiled_plan, None
+            if plan is not None and layer.cumulative_length == plan.start:
+                layer.cumulative_length = plan.start + plan.num_new
+
+    def note_unread_mask(self, attention_mask: torch.Tensor) -> None:
+        """Keep the newest 2D mask of a step whose generated column was not read (`is_generated`), for
+        `check_generated_columns`."""
+        self._unread_mask = attention_mask
+
+    def check_generated_columns(self) -> None:
+        """Refuse (ValueError) a run in which a column taken for a generated token was masked: transformers always
+        extends the mask with ones, so this never fires under `generate`; one read per run, not per step."""
+        mask, self._unread_mask = self._unread_mask, None
+        if mask is None or self.generated_from is None or mask.shape[-1] <= self.generated_from:
+            return
+        if not bool(mask[:, self.generated_from :].all()):
+            raise ValueError(
+                "The attention mask marks a generated token as padding, but a bounded cache took every token "
+                f"`generate` appended (from column {self.generated_from} on) as real: its output cannot be trusted."
+            )
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if not self.groups:  # a hand-built cache used outside a bounded `generate`
@@ -201,6 +259,7 @@ class BoundedCache(Cache):
         super().reset()
         for group in self.groups:
             group.reset()
+        self._unread_mask = None
 
     def kept_lengths_by_type(self) -> dict[str, torch.Tensor]:
         """Real positions each row keeps for the next token, per attention type."""

@@ -5,6 +5,10 @@ sink keys as written (un-rotated: the returned copies are rotated from them each
 layer whose positions live in its values, MLA's latent cache, the sink values: `RotaryShift.rotates`). It
 decides nothing: which slot a token lands in, what is returned and how sinks move come from the plan its group's
 policy computed for this forward (`core.plan`), the same for every layer of the group.
+
+Under `torch.compile` a decode step's update is a tensor-indexed write and a return of buffers whose shape does not
+change from step to step (`StepPlan.returned`); the checks and counters that read or change ints are left to the
+eager code around the compiled forward (`BoundedCache.settle`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from transformers.cache_utils import CacheLayerMixin
 from .plan import StepPlan
 
 if TYPE_CHECKING:
-    from .cache import LayerGroup
+    from .group import LayerGroup
     from .rotary import RotaryShift
 
 
@@ -32,14 +36,17 @@ class BoundedLayer(CacheLayerMixin):
         self.group, self.rotary, self.rotary_kind = group, rotary, rotary_kind
         self.rotated = rotary.rotates if rotary is not None else "keys"  # the tensor whose sinks are moved
         self.cumulative_length = 0  # columns this layer has stored: a forward the cache did not plan is refused
+        self.compiled_plan: StepPlan | None = None  # the plan a compiled forward carried out (`BoundedCache.settle`)
         self.sink_keys: torch.Tensor | None = None
+        self.device = None
+        group.layers.append(self)
 
     @property
     def num_sinks(self) -> int:
         return self.group.policy.num_sinks
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Allocate the sink slots and an empty ring; `_reserve` sizes the ring for what each plan needs."""
+        """Allocate the sink slots and an empty ring; `reserve` sizes the ring for what each plan needs."""
         batch, heads, _, key_dim = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(batch, heads, self.num_sinks, key_dim)
@@ -49,10 +56,12 @@ class BoundedLayer(CacheLayerMixin):
             self.sink_keys = moved.new_zeros(*moved.shape[:2], self.num_sinks, moved.shape[-1])
         self.is_initialized = True
 
-    def _reserve(self, sinks: int, capacity: int) -> None:
-        """Grow the buffers to `sinks + capacity` slots: the allocated prefix is copied as is, so no column changes
-        slot (`core.ring`). New slots are zeros (finite under a mask, unlike empty memory)."""
-        slots, held = sinks + capacity, self.keys.shape[-2]
+    def reserve(self, capacity: int) -> None:
+        """Grow the buffers to hold `capacity` ring slots: the allocated prefix is copied as is, so no column changes
+        slot (`core.ring`). New slots are zeros (finite under a mask, unlike empty memory). The group grows every
+        initialized layer before the forward (`LayerGroup.begin_step`); a layer initialized by this forward grows
+        itself."""
+        slots, held = self.num_sinks + capacity, self.keys.shape[-2]
         if held >= slots:
             return
         for name in ("keys", "values"):
@@ -71,23 +80,37 @@ class BoundedLayer(CacheLayerMixin):
         return plan
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if torch.compiler.is_compiling():
+            # Inside a compiled forward: no int is read that changes from step to step (each would be a guard, a
+            # recompile at the next step); the plan this layer carried out is recorded, and counted by the cache
+            # outside the graph (`BoundedCache.settle`). The plan was announced by `begin_step`, before the forward.
+            plan = self.group.plan
+            keys, values = self._write(plan, key_states, value_states)
+            self.compiled_plan = plan
+            return keys, values
         plan = self._plan(key_states.shape[-2])
+        keys, values = self._write(plan, key_states, value_states)
+        self.cumulative_length += plan.num_new
+        return keys, values
+
+    def _write(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        """Carry out `plan`: write the new keys and values where it says, return the keys and values it names."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+            self.reserve(plan.capacity)
         sinks = self.num_sinks
-        self._reserve(sinks, plan.capacity)
+        plan = plan.on(self.device)
         if plan.sink_fill is not None:
             self._fill_sinks(plan, key_states, value_states)
         if plan.decode:
-            slot = sinks + plan.ring_slot
-            self.keys[:, :, slot] = key_states[:, :, 0]
-            self.values[:, :, slot] = value_states[:, :, 0]
-            if plan.sink_shift is not None and self.rotary is not None:
+            self.keys.index_copy_(2, plan.write_index, key_states)
+            self.values.index_copy_(2, plan.write_index, value_states)
+            if plan.sink_shift is not None and self.rotary is not None and not plan.sinks_rotated:
                 moved = getattr(self, self.rotated)
                 moved[:, :, :sinks] = self.rotary.apply(self.sink_keys, *plan.rotations[self.rotary_kind])
             keys, values = self.keys, self.values
-            if keys.shape[-2] != sinks + plan.visible:  # the ring is not full yet: only the slots written so far
-                keys, values = keys[:, :, : sinks + plan.visible], values[:, :, : sinks + plan.visible]
+            if keys.shape[-2] != sinks + plan.returned:  # only the slots written so far (a growing ring)
+                keys, values = keys[:, :, : sinks + plan.returned], values[:, :, : sinks + plan.returned]
         else:
             if plan.model_mask:  # the first forward, nothing cut: the new tokens attend to each other only
                 keys, values = key_states, value_states
@@ -96,7 +119,6 @@ class BoundedLayer(CacheLayerMixin):
             target = sinks + plan.ring_target
             self.keys.index_copy_(2, target, key_states.index_select(2, plan.ring_source))
             self.values.index_copy_(2, target, value_states.index_select(2, plan.ring_source))
-        self.cumulative_length += plan.num_new
         return keys, values
 
     def _fill_sinks(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -167,3 +189,4 @@ class BoundedLayer(CacheLayerMixin):
         self.keys = self.values = self.sink_keys = None
         self.is_initialized = False
         self.cumulative_length = 0
+        self.compiled_plan = None

@@ -27,6 +27,15 @@ class RowState:
     #: (transformers' chunked masks discount each row's left padding), so a chunked group needs it
     first_real_column: torch.Tensor | None = None
     every_row_started: bool = False  # every row has a real token: `first_real_column` is final
+    #: while the sinks are incomplete: the fewest real tokens any row has written (exact: read once after a forward
+    #: with pads, then advanced by one per generated token, which is real in every row), so that a decode step of
+    #: generated tokens knows on the host when the last row completes its sinks
+    min_real: int = 0
+    #: the ring is allocated at its full size by the first forward (`BoundedCache(static=True)`), not grown
+    preallocated: bool = False
+    #: decode steps return every allocated ring slot (the unwritten ones masked), so that their shapes change only
+    #: when the ring grows (never, when preallocated): what a compiled forward needs (`BoundedCache.is_compileable`)
+    fixed_shapes: bool = False
     #: reusable all-true visibilities and their converted masks (`hf.masks`), kept with the rows they are for
     memo: dict = field(default_factory=dict)
 
@@ -63,11 +72,33 @@ class RowState:
     def all_true(self, keys: int) -> torch.Tensor:
         """The [B, 1, keys] all-true visibility of a decode step that reads every slot: a view of one kept tensor,
         rebuilt (at least twice as wide) only when the keys outgrow it, so growing costs O(1) per token."""
-        memo_key = ("allowed", self.batch)
-        allowed = self.memo.get(memo_key)
-        if allowed is None or allowed.shape[-1] < keys:
-            width = max(keys, 0 if allowed is None else 2 * allowed.shape[-1])
-            allowed = self.memo[memo_key] = torch.ones(
-                self.batch, 1, width, dtype=torch.bool, device=self.num_real.device
-            )
-        return allowed[:, :, :keys]
+        return reused_prefix(self.memo, ("allowed", self.batch), keys, self._all_true, exact=self.fixed_shapes)
+
+    def _all_true(self, width: int) -> torch.Tensor:
+        return torch.ones(self.batch, 1, width, dtype=torch.bool, device=self.num_real.device)
+
+    def write_index(self, sinks: int, slot: int, capacity: int) -> torch.Tensor:
+        """[1] the buffer slot (`sinks + slot`) a decode step writes, as a tensor on the rows' device: a view into one
+        kept `arange` of the allocated slots, so that a step makes no host-to-device copy (a pageable copy waits for
+        the device) and a compiled forward gets a tensor, not an int to guard on."""
+        column = sinks + slot
+        return reused_prefix(self.memo, "slots", sinks + capacity, self._slot_table)[column : column + 1]
+
+    def _slot_table(self, width: int) -> torch.Tensor:
+        return torch.arange(width, device=self.num_real.device)
+
+
+def reused_prefix(memo: dict, key, width: int, build, exact: bool = False) -> torch.Tensor:
+    """The first `width` entries (last dimension) of the tensor `build(n)` kept in `memo` under `key`: built at least
+    twice as wide when it is outgrown (O(1) amortised per step while a ring grows), and the view of the last width
+    asked for kept too, so a step at an unchanged width (a full ring) makes no op at all. `exact` builds it at exactly
+    `width` (a contiguous tensor, as a compiled forward expects the same strides at every step: `fixed_shapes`)."""
+    last = memo.get((key, "last"))
+    if last is not None and last[0] == width:
+        return last[1]
+    whole = memo.get(key)
+    if whole is None or whole.shape[-1] < width or (exact and whole.shape[-1] != width):
+        whole = memo[key] = build(width if exact else max(width, 0 if whole is None else 2 * whole.shape[-1]))
+    view = whole[..., :width]
+    memo[(key, "last")] = (width, view)
+    return view

@@ -17,7 +17,7 @@ import torch
 from .plan import StepPlan
 from .ring import slot_columns, slot_of
 from .rows import RowState
-from .window_plan import general_step, reads_every_slot, steady_decode
+from .window_plan import general_step, real_decode
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,22 @@ class WindowPolicy:
         column is within the limit, where the window, with or without sinks, covers every earlier column)."""
         return num_new > 1 and cursor == 0 and (not self.window_prefill or num_new <= self.limit + 1)
 
-    def plan(self, rows: RowState, new_real: torch.Tensor, *, model_mask: bool, rotates_sinks: bool) -> StepPlan:
-        """One forward's plan over `new_real.shape[1]` new tokens (bool, False for pads); advances `rows`.
-        `rotates_sinks`: the group has layers whose sink keys are moved (RoPE), so sinks get positions (and, in a
-        windowed multi-token forward, one copy per query). `model_mask`: the model masks this forward itself."""
+    def plan(
+        self, rows: RowState, new_real: torch.Tensor | None, *, model_mask: bool, rotates_sinks: bool
+    ) -> StepPlan:
+        """One forward's plan over `new_real.shape[1]` new tokens (bool, False for pads; None: one token per row that
+        is real in every row, as every token `generate` appends, so nothing is read from the device); advances
+        `rows`. `rotates_sinks`: the group has layers whose sink keys are moved (RoPE), so sinks get positions (and,
+        in a windowed multi-token forward, one copy per query). `model_mask`: the model masks this forward itself."""
+        chunked = self.chunk is not None  # a chunked layer's visibility changes with the chunk: planned in full
+        if new_real is None:
+            if not chunked:
+                return real_decode(self, rows, rotates_sinks)
+            real = torch.ones(rows.batch, 1, dtype=torch.bool, device=rows.ring_real.device)
+            return general_step(self, rows, real, True, model_mask, rotates_sinks)
         all_real = bool(new_real.all())
-        steady = self.chunk is None  # a chunked layer's visibility changes with the chunk: always planned in full
-        if steady and new_real.shape[1] == 1 and all_real and reads_every_slot(self, rows, rows.cursor):
-            return steady_decode(self, rows, rotates_sinks)
+        if not chunked and new_real.shape[1] == 1 and all_real:
+            return real_decode(self, rows, rotates_sinks)
         return general_step(self, rows, new_real, all_real, model_mask, rotates_sinks)
 
     def key_order(self, plan: StepPlan) -> torch.Tensor:

@@ -5,10 +5,13 @@ Computed once per forward for every layer of a group. Placement and growth follo
 reads the real tokens among its window (the `L - S` columns before it, or, in a full-attention multi-token forward,
 the kept past and every new token before it), plus each row's first `S` real tokens (its sinks) once they have left
 that window, plus itself; a model's own sliding window and chunks apply on top (`WindowPolicy`). Two paths:
-- `steady_decode`: a decode step that reads every slot it is given (a full ring of real tokens, the sinks outside
-  the window): a few integer updates; its all-true visibility is a view of one kept tensor, so it builds no mask;
-- `general_step`: everything else, with an explicit [B, queries, keys] visibility (or, for the first forward of a
-  run when nothing is cut, none at all: `StepPlan.model_mask`).
+- `real_decode`: a decode step whose token is real in every row (every token `generate` appends) in a group without
+  chunks: planned from the host's bookkeeping with a few device ops and no read back from the device (no host-device
+  sync); once it reads every slot it is given (a full ring of real tokens, the sinks outside the window) its
+  all-true visibility is a view of one kept tensor, so it builds no mask;
+- `general_step`: everything else (reading which new tokens are pads; a chunked layer's visibility, which changes
+  with the chunk), with an explicit [B, queries, keys] visibility (or, for the first forward of a run when nothing
+  is cut, none at all: `StepPlan.model_mask`).
 """
 
 from __future__ import annotations
@@ -29,19 +32,23 @@ def reads_every_slot(policy: WindowPolicy, rows: RowState, start: int) -> bool:
     """Whether a real token decoded at column `start` reads every slot it is given: no pad among the ring slots
     written so far (the last `written_slots` columns), and no sinks, or every sink has left the window (a sink still
     inside it is read through the ring, its sink slot masked). Before the ring is full that holds for a batch without
-    pads and without sinks (a cap far above the length); after, for a full ring of real tokens."""
+    pads and without sinks (a cap far above the length); after, for a full ring of real tokens. Host bookkeeping
+    only: nothing is read back from the device."""
     oldest = start + 1 - written_slots(start + 1, policy.ring_size)  # oldest column among the slots it reads
     if rows.last_pad_column >= oldest:
         return False
     return policy.num_sinks == 0 or (rows.sinks_complete and rows.last_sink_column < start - policy.recent)
 
 
-def steady_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> StepPlan:
-    """A decode step that reads every slot (`reads_every_slot`): the slot, the capacity, the positions and the sink
-    shift; the all-true visibility (and its converted masks, `hf.masks`) are reused."""
+def real_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> StepPlan:
+    """A decode step whose new token is real in every row (a token `generate` appended: it extends the mask with
+    ones), planned from the host's bookkeeping and device ops alone, so it never waits for the device: the slot, the
+    capacity, the positions, the sinks the token completes, and the visibility, which is all-true once it reads every
+    slot (`reads_every_slot`: a view of one kept tensor, whose converted masks `hf.masks` reuses) and otherwise the
+    ring's real slots plus the sinks that have left the window."""
     start, ring, sinks = rows.cursor, policy.ring_size, policy.num_sinks
     visible = written_slots(start + 1, ring)
-    capacity = grown_capacity(rows.capacity, visible, ring)
+    capacity = grown_capacity(rows.capacity, ring if rows.preallocated else visible, ring)
     if capacity > rows.capacity:
         grown = rows.ring_real.new_zeros(rows.batch, capacity)
         grown[:, : rows.capacity] = rows.ring_real
@@ -50,12 +57,31 @@ def steady_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> 
     if start < ring or start - ring <= rows.last_pad_column:  # the slot was empty or held a pad until now
         rows.ring_real[:, slot] = True
     positions = rows.num_real[:, None]
-    shift = (positions - policy.limit).clamp(min=0).expand(-1, sinks) if sinks and rotates_sinks else None
+    returned = capacity if rows.fixed_shapes else visible
+    plan = StepPlan(start=start, num_new=1, decode=True, capacity=capacity, positions=positions, allowed=None)
+    plan.visible, plan.returned, plan.ring_slot, plan.fixed_shapes = visible, returned, slot, rows.fixed_shapes
+    plan.write_index, plan.memo = rows.write_index(sinks, slot, capacity), rows.memo
+    every_slot = returned == visible and reads_every_slot(policy, rows, start)
+    lowest = start - policy.recent  # sinks older than this have left the window
+    if not rows.sinks_complete:  # the token becomes sink j of the rows with j real tokens so far
+        plan.sink_fill = positions == torch.arange(sinks, device=positions.device)
+        plan.sink_source = torch.zeros_like(plan.sink_fill, dtype=torch.long)
+        rows.sink_column = torch.where(plan.sink_fill, start, rows.sink_column)
+        rows.min_real += 1
+        if rows.min_real >= sinks:  # the row with the fewest real tokens completes its sinks now
+            rows.sinks_complete, rows.last_sink_column = True, start
+    if sinks and rotates_sinks:
+        plan.sink_shift = (positions - policy.limit).clamp(min=0).expand(-1, sinks)
+    if every_slot:
+        plan.allowed, plan.reads_every_key = rows.all_true(sinks + returned), True
+    else:  # unwritten slots and pads are False in `ring_real`; every written slot is inside the window
+        ring_visible = rows.ring_real[:, :returned]
+        if sinks:
+            column = rows.sink_column
+            ring_visible = torch.cat([(column >= 0) & (column < lowest), ring_visible], dim=-1)
+        plan.allowed = ring_visible[:, None, :]
     rows.cursor += 1
     rows.num_real = rows.num_real + 1
-    plan = StepPlan(start=start, num_new=1, decode=True, capacity=capacity, positions=positions, allowed=None)
-    plan.visible, plan.ring_slot, plan.sink_shift = visible, slot, shift
-    plan.allowed, plan.reads_every_key, plan.memo = rows.all_true(sinks + visible), True, rows.memo
     return plan
 
 
@@ -63,7 +89,8 @@ def general_step(
     policy: WindowPolicy, rows: RowState, new_real: torch.Tensor, all_real: bool, model_mask: bool, rotates_sinks: bool
 ) -> StepPlan:
     """Plan any forward over `new_real.shape[1]` new tokens (bool, False for pads; `all_real`: none is), then
-    advance `rows`."""
+    advance `rows`. It reads where the pads and sinks are back to the host (`_advance`): a few host-device syncs, in
+    the forwards that carry the user's tokens (a decode step of generated tokens is `real_decode`)."""
     batch, num_new = new_real.shape
     device = new_real.device
     sinks, recent, ring = policy.num_sinks, policy.recent, policy.ring_size
@@ -84,15 +111,19 @@ def general_step(
         plan.sink_fill, plan.sink_source = hits.any(1), hits.to(torch.uint8).argmax(1)
         sink_column = torch.where(plan.sink_fill, start + plan.sink_source, sink_column)
 
-    plan.capacity = grown_capacity(rows.capacity, written_slots(start + num_new, ring), ring)
+    needed = ring if rows.preallocated else written_slots(start + num_new, ring)
+    plan.capacity = grown_capacity(rows.capacity, needed, ring)
     ring_real = torch.zeros(batch, plan.capacity, dtype=torch.bool, device=device)
     ring_real[:, : rows.capacity] = rows.ring_real
     if decode:
         plan.ring_slot = slot_of(start, ring)
         ring_real[:, plan.ring_slot] = new_real[:, 0]
-        plan.visible = written_slots(start + 1, ring)  # a decode step reads only the slots written so far
-        key_column = slot_columns(start, plan.visible, ring, device)
-        key_real = ring_real[:, : plan.visible]
+        plan.visible = written_slots(start + 1, ring)  # a decode step reads only the slots written so far ...
+        plan.returned = plan.capacity if rows.fixed_shapes else plan.visible  # ... of those it returns
+        plan.fixed_shapes = rows.fixed_shapes
+        plan.write_index = rows.write_index(sinks, plan.ring_slot, plan.capacity)
+        key_column = slot_columns(start, plan.returned, ring, device)
+        key_real = ring_real[:, : plan.returned]
     else:
         past_columns = torch.arange(max(0, start - recent), start, device=device)
         plan.past_slots = slot_of(past_columns, ring)
@@ -173,4 +204,6 @@ def _advance(rows: RowState, new_real, all_real: bool, sink_column, ring_real, p
         rows.sinks_complete = bool((sink_column >= 0).all())
         if rows.sinks_complete:
             rows.last_sink_column = int(sink_column.max()) if sink_column.shape[1] else -1
+        else:
+            rows.min_real = int(rows.num_real.min())
     return plan

@@ -26,13 +26,15 @@ class GenerateArguments:
 
     `cache_limit`/`num_sink_tokens` turn the call into a bounded run (validated like explicit arguments);
     `generation` holds generation-config fields (such as transformers' own `cache_implementation`);
-    `needs_cuda` marks transformers' offloading, which synchronises CUDA streams and fails mid-forward elsewhere.
+    `needs_cuda` marks transformers' offloading, which synchronises CUDA streams and fails mid-forward elsewhere;
+    `static` allocates a bounded run's ring at its full size with the first forward (`BoundedCache(static=True)`).
     """
 
     cache_limit: int | None = None
     num_sink_tokens: int | None = None
     generation: Mapping[str, Any] = field(default_factory=dict)
     needs_cuda: bool = False
+    static: bool = False
 
 
 CacheFactory = Callable[..., "Cache | GenerateArguments"]
@@ -98,26 +100,40 @@ def quantized(
     )
 
 
+def check_static(static) -> bool:
+    if not isinstance(static, bool):
+        raise TypeError(f"`static` must be a bool, got {type(static).__name__} {static!r}.")
+    return static
+
+
 def window(
-    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int
+    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int, static: bool = False
 ) -> GenerateArguments:
     """A sliding window of `window_length` tokens *counting the new one*: `cache_limit = window_length - 1`.
 
     The convention is the one of transformers' `sliding_window` (Mistral's `sliding_window=W` and this window
-    give the same tokens) and of the former `SinkCache`.
+    give the same tokens) and of the former `SinkCache`. `static=True` allocates the ring at its full size with the
+    first forward: one shape for every decode step, for `torch.compile` (see `BoundedCache`).
     """
     check_int("window_length", window_length, 2)
-    return GenerateArguments(cache_limit=window_length - 1)
+    return GenerateArguments(cache_limit=window_length - 1, static=check_static(static))
 
 
 def sink(
-    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int, num_sink_tokens: int
+    model_config: PretrainedConfig,
+    generation_config: GenerationConfig,
+    *,
+    window_length: int,
+    num_sink_tokens: int,
+    static: bool = False,
 ) -> GenerateArguments:
     """StreamingLLM: transformers' former `SinkCache(window_length, num_sink_tokens)`, one to one.
 
     `window_length` counts the new token (`cache_limit = window_length - 1`), of which `num_sink_tokens` are each
-    row's first real tokens; at least one recent position must remain besides the sinks.
+    row's first real tokens; at least one recent position must remain besides the sinks. `static`: as for "window".
     """
     check_int("window_length", window_length, 2)
     check_int("num_sink_tokens", num_sink_tokens, 0, window_length - 2)
-    return GenerateArguments(cache_limit=window_length - 1, num_sink_tokens=num_sink_tokens)
+    return GenerateArguments(
+        cache_limit=window_length - 1, num_sink_tokens=num_sink_tokens, static=check_static(static)
+    )

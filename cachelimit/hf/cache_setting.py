@@ -149,12 +149,13 @@ class CacheSetting:
         return (cache.policy.limit, cache.policy.num_sinks) == window
 
     def apply(self, model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs):
-        """Return `generate`'s (inputs, generation_config, cache_limit, num_sink_tokens, kwargs) for this run.
+        """Return `generate`'s (inputs, generation_config, cache_limit, num_sink_tokens, static, kwargs) for this run
+        (`static`: a bounded run's ring is allocated at its full size, `GenerateArguments.static`).
 
         Anything the call says explicitly about its cache wins over the model-level setting (with a warning when
         they disagree): a call is never silently run with a cache other than the one it asked for.
         """
-        unchanged = (inputs, generation_config, cache_limit, num_sink_tokens, kwargs)
+        unchanged = (inputs, generation_config, cache_limit, num_sink_tokens, False, kwargs)
         fixed = self.fixed or GenerateArguments()
         given = passed_cache(kwargs)
         if given is not None:
@@ -172,7 +173,7 @@ class CacheSetting:
             return unchanged
         built = self.fixed if self.fixed is not None else self.factory(model.config, config, **self.kwargs)
         if isinstance(built, Cache):
-            return inputs, generation_config, None, None, with_cache(kwargs, built)
+            return inputs, generation_config, None, None, False, with_cache(kwargs, built)
         if not isinstance(built, GenerateArguments):
             raise TypeError(
                 f"The factory of cache implementation {self.name!r} returned {type(built).__name__}; it must "
@@ -185,7 +186,7 @@ class CacheSetting:
             )
         if built.generation:
             generation_config, kwargs = _with_generation(generation_config, kwargs, built.generation)
-        return inputs, generation_config, built.cache_limit, built.num_sink_tokens, kwargs
+        return inputs, generation_config, built.cache_limit, built.num_sink_tokens, built.static, kwargs
 
 
 def _check_bounded(model, name: str, arguments: GenerateArguments) -> None:

@@ -43,6 +43,7 @@ def check_continuation(model, cache: BoundedCache, width: int | None) -> None:
     cursor = cache.cursor
     if cursor is None:
         return
+    cache.settle()  # what compiled forwards wrote, counted per layer
     if any(layer.cumulative_length != cursor for layer in cache.bounded_layers):
         raise ValueError(
             "`past_key_values` was interrupted in the middle of a forward (some layers hold the last tokens, others "

@@ -31,7 +31,7 @@ from .run_checks import Run, check_assistant, check_run
 
 
 def bounded_cache(
-    model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source: str = ""
+    model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source: str = "", static: bool = False
 ) -> BoundedCache:
     """Validate a bounded run (raising before any token on anything it cannot do); return the cache it will use."""
     config = resolved_config(model, generation_config, kwargs)
@@ -44,13 +44,23 @@ def bounded_cache(
     check_run(Run(model, family, request, config, kwargs, tokens, kwargs.get("attention_mask")))
     cache, rotary = passed_cache(kwargs), rotary_finder(family)
     if cache is None:
-        return bounded_cache_for(model, request, rotary, family.rope_layers)
-    width = None if tokens is None else tokens.shape[1]
-    cache = given_cache(model, cache, request, rotary, width, family.rope_layers)
-    if window_prefill and cache.cursor is not None:
-        require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
-    cache.set_window_prefill(window_prefill)
+        cache = bounded_cache_for(model, request, rotary, family.rope_layers, static=static)
+    else:
+        width = None if tokens is None else tokens.shape[1]
+        cache = given_cache(model, cache, request, rotary, width, family.rope_layers)
+        if window_prefill and cache.cursor is not None:
+            require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
+        cache.set_window_prefill(window_prefill)
+    cache.compile_requested = config.compile_config is not None
+    cache.generated_from = user_columns(tokens, kwargs.get("attention_mask"))
     return cache
+
+
+def user_columns(tokens, attention_mask) -> int | None:
+    """Columns the caller's inputs cover (the rest of the run is tokens `generate` appends, whose mask columns are
+    ones: `BoundedCache.is_generated`); None when unknown (every step then reads its mask)."""
+    widths = [t.shape[1] for t in (tokens, attention_mask) if t is not None and t.dim() >= 2]
+    return max(widths) if widths else None
 
 
 _RUNS_LOCK = threading.Lock()
@@ -98,8 +108,9 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
         self, generation_config, cache_limit, num_sink_tokens, setting is not None
     )
     check_assistant(None, kwargs)
+    static = False
     if setting is not None:
-        inputs, generation_config, cache_limit, num_sink_tokens, kwargs = setting.apply(
+        inputs, generation_config, cache_limit, num_sink_tokens, static, kwargs = setting.apply(
             self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
         )
     given = passed_cache(kwargs)
@@ -110,9 +121,14 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
     if cache_limit is None and num_sink_tokens is None:
         return original(self, inputs, generation_config, *args, **kwargs)
     check_assistant(generation_config, {})
-    cache = bounded_cache(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source)
+    cache = bounded_cache(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source, static)
     kwargs = with_cache(kwargs, cache)
     # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
     # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
     with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache):  # maps in sequence order
-        return original(self, inputs, generation_config, *args, **kwargs)
+        try:
+            output = original(self, inputs, generation_config, *args, **kwargs)
+        finally:
+            cache.settle()  # count what compiled forwards wrote (exact per layer, also after an exception)
+    cache.check_generated_columns()
+    return output

@@ -138,9 +138,11 @@ def bounded_cache_for(
     request: BoundedRequest,
     rotary: RotaryFinder | None,
     rope_layers: RopeLayers | None = None,
+    static: bool = False,
 ) -> BoundedCache:
-    """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served)."""
-    cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill)
+    """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served);
+    `static`: its rings are allocated at their full size (`BoundedCache`)."""
+    cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill, static=static)
     fit(cache, model, request, rotary, rope_layers)
     return cache
 
@@ -158,11 +160,11 @@ def check_family(model, family) -> None:
 
 
 def cache_for_model(
-    model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False
+    model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False
 ) -> BoundedCache:
     """Installed on patched classes for `BoundedCache.from_model`: the cache a bounded `generate` of this model
     builds, validated as `generate` validates it."""
     family = family_of(model)
     check_family(model, family)
     request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill)
-    return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rope_layers)
+    return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rope_layers, static)

@@ -16,6 +16,7 @@ import torch
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
 from ..core.plan import StepPlan
+from ..core.rows import reused_prefix
 from .compat import query_arguments
 
 MaskBuilder = Callable[[object, StepPlan, torch.dtype], object]
@@ -40,17 +41,18 @@ def transformers_mask(config, allowed: torch.Tensor, dtype: torch.dtype) -> torc
 def dense_mask(config, plan: StepPlan, dtype: torch.dtype) -> torch.Tensor:
     """Eager and SDPA: transformers' mask of the plan's visibility. A decode step that reads every slot has an
     all-true visibility: its mask is a view of one converted all-true row kept in the plan's memo (rebuilt at least
-    twice as wide when the keys outgrow it), so such a step converts no mask at all."""
+    twice as wide when the keys outgrow it; the view itself kept while the width stays), so such a step converts no
+    mask and makes no op at all."""
     if not plan.reads_every_key:
         return transformers_mask(config, plan.allowed, dtype)
     batch, _, keys = plan.allowed.shape
+    device = plan.allowed.device
+
+    def every_key(width: int) -> torch.Tensor:
+        return transformers_mask(config, torch.ones(batch, 1, width, dtype=torch.bool, device=device), dtype)
+
     memo_key = (config._attn_implementation, dtype, batch)
-    mask = plan.memo.get(memo_key)
-    if mask is None or mask.shape[-1] < keys:
-        width = max(keys, 0 if mask is None else 2 * mask.shape[-1])
-        every_key = torch.ones(batch, 1, width, dtype=torch.bool, device=plan.allowed.device)
-        mask = plan.memo[memo_key] = transformers_mask(config, every_key, dtype)
-    return mask[..., :keys]
+    return reused_prefix(plan.memo, memo_key, keys, every_key, exact=plan.fixed_shapes)
 
 
 #: attention implementation -> the builder of its masks

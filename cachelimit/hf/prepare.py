@@ -4,7 +4,8 @@ transformers' own preparation slices the inputs; on top of it, for a bounded run
 it carries the limit), this announces the step to the cache (which plans the slots every layer writes), replaces
 the 2D mask, which keeps growing by one column per step, by a 4D mask over exactly the keys the layers will return
 (one per attention type of a hybrid model: `hf.masks`), and passes explicit position ids: after trimming, the
-model's fallback (`past_key_values.get_seq_length()`) would be wrong.
+model's fallback (`past_key_values.get_seq_length()`) would be wrong. A decode step of a token `generate` appended
+reads nothing back from the device (`BoundedCache.is_generated`): its mask column is one in every row.
 """
 
 from __future__ import annotations
@@ -37,17 +38,23 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
             "call `model.generate(..., cache_limit=...)` on a model patched with `cachelimit.patch()`."
         )
     attention_mask = kwargs.pop("attention_mask", None)
-    inputs = original(model, input_ids, attention_mask=None, **kwargs)
+    cache.settle()  # the previous forward finished (generate prepares the next one only then)
+    with cache.hiding_compileable():  # the original would build a causal mask for a compileable cache
+        inputs = original(model, input_ids, attention_mask=None, **kwargs)
     new_tokens = inputs["input_ids"] if inputs.get("input_ids") is not None else inputs["inputs_embeds"]
     batch, num_new = new_tokens.shape[:2]
     seen = cache.get_seq_length()
-    if attention_mask is None:
-        new_real = torch.ones(batch, num_new, dtype=torch.bool, device=new_tokens.device)
-    elif attention_mask.shape[-1] != seen + num_new:
+    if attention_mask is not None and attention_mask.shape[-1] != seen + num_new:
         raise ValueError(
             f"`attention_mask` has {attention_mask.shape[-1]} columns, but the cache has seen {seen} tokens and "
             f"{num_new} are new: pass the mask of the whole sequence."
         )
+    if num_new == 1 and cache.is_generated(seen):  # real in every row: nothing to read from the device
+        new_real = None
+        if attention_mask is not None:
+            cache.note_unread_mask(attention_mask)
+    elif attention_mask is None:
+        new_real = torch.ones(batch, num_new, dtype=torch.bool, device=new_tokens.device)
     else:
         new_real = attention_mask[:, -num_new:].to(device=new_tokens.device, dtype=torch.bool)
     plan = cache.begin_step(new_real)
@@ -59,8 +66,8 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     given, rotates = inputs.get("position_ids"), cache.rotates_sinks
     if given is None or rotates or chunk_positions_ignore_padding(given, kwargs.get("cache_position")):
         inputs["position_ids"] = plan.positions
-        if MASK_POSITION_OF_PADS is not None and not rotates:  # as the release's own prepare step does
-            inputs["position_ids"] = plan.positions.masked_fill(~new_real, MASK_POSITION_OF_PADS)
+        if MASK_POSITION_OF_PADS is not None and not rotates and new_real is not None:  # as the release's own
+            inputs["position_ids"] = plan.positions.masked_fill(~new_real, MASK_POSITION_OF_PADS)  # prepare does
     if plan.model_mask:  # the first forward, nothing cut: the model's own causal (and sliding) masks are exact
         inputs["attention_mask"] = attention_mask
     elif len(cache.groups) == 1 and not cache.recurrent_kinds:  # one attention type: one mask

@@ -1,0 +1,193 @@
+"""transformers' compiled decoding (`generate(..., compile_config=...)`) around a bounded cache: no recompiles once the
+ring has its shape, the same tokens and logits as the eager bounded run, and the eager safety checks kept outside the
+graph (issue 18).
+
+transformers' own static sliding window recompiles at every step until dynamo gives up (its layers guard on an int
+that changes every step: transformers issue #44609). A bounded cache plans each step before the forward and hands
+the compiled forward only tensors and fixed shapes (`core.plan`), so a static ring (`BoundedCache(static=True)`)
+compiles once, and a growing one once per shape its ring takes (at most one per doubling).
+
+The compile counts come from a backend that counts its calls and runs the captured graph as it is (dynamo's guards,
+which decide recompiles, do not depend on the backend); one test runs inductor itself, on a short run. On CPU
+transformers compiles only with `CompileConfig._compile_all_devices` (on CUDA a compileable cache is compiled by
+default).
+"""
+
+from __future__ import annotations
+
+import unittest
+
+import pytest
+import torch
+from parameterized import parameterized
+from transformers import CompileConfig, StoppingCriteria, StoppingCriteriaList
+
+from cachelimit import BoundedCache
+from cachelimit.hf.compat import CACHE_ARGUMENT
+from tests.common import build_tiny_model, left_padded_batch
+
+pytestmark = pytest.mark.compile
+
+LIMIT, STEPS = 12, 200
+
+
+class StepCounter(StoppingCriteria):
+    """Counts the tokens chosen so far (transformers calls it after every forward but prefill chunks, outside the
+    compiled forward: a hook on the model would be traced into the graph)."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.steps += 1
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+def counting_backend(counter: StepCounter, compiles: list):
+    """A `torch.compile` backend that records in `compiles`, for each compile, the step it happened in (0: the
+    prefill, 1: the first decode step, ...), and runs the captured graph as it is. A function, not an object:
+    `CompileConfig` deep-copies its fields, and a copied object would count into its own list."""
+
+    def backend(graph_module, example_inputs):
+        compiles.append(counter.steps)
+        return graph_module.forward
+
+    return backend
+
+
+def compile_config(backend) -> CompileConfig:
+    config = CompileConfig(backend=backend, mode=None, fullgraph=True)  # fullgraph: a graph break is an error
+    config._compile_all_devices = True  # transformers compiles on CPU only when told to
+    return config
+
+
+def generate(model, ids, mask, cache, new_tokens: int, config=None, **options):
+    with torch.inference_mode():
+        return model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            return_dict_in_generate=True,
+            output_logits=True,
+            compile_config=config,
+            **{CACHE_ARGUMENT: cache},
+            **options,
+        )
+
+
+def compiled_run(model, ids, mask, cache, new_tokens: int, stopping_criteria=(), **options):
+    """A compiled bounded run; returns it and the step of each compile (`counting_backend`)."""
+    torch._dynamo.reset()
+    counter, compiles = StepCounter(), []
+    backend = counting_backend(counter, compiles)
+    stop = StoppingCriteriaList([counter, *stopping_criteria])
+    try:
+        out = generate(model, ids, mask, cache, new_tokens, compile_config(backend), stopping_criteria=stop, **options)
+    finally:
+        torch._dynamo.reset()
+    return out, compiles
+
+
+class CompiledDecodeTest(unittest.TestCase):
+    def assert_same_run(self, compiled, eager):
+        self.assertTrue(torch.equal(compiled.sequences, eager.sequences))
+        for step, (a, b) in enumerate(zip(compiled.logits, eager.logits, strict=True)):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=f"step {step}")
+
+    @parameterized.expand(
+        [
+            ("window", "mistral", [9, 9], 0, None),
+            ("sinks", "llama", [9, 9], 4, None),
+            ("left_padded_sinks", "llama", [9, 4], 2, None),
+            ("chunked_prefill", "mistral", [9, 6], 0, 4),
+            ("hybrid", "gemma3_text", [9, 7], 0, None),
+        ]
+    )
+    def test_static_ring_compiles_once_and_equals_eager(self, _, family, lengths, sinks, chunk):
+        model = build_tiny_model(family, "eager" if family == "gemma3_text" else "sdpa")
+        ids, mask = left_padded_batch(lengths, seed=6)
+        options = {"prefill_chunk_size": chunk} if chunk else {}
+
+        def cache():
+            return BoundedCache.from_model(model, LIMIT, sinks, static=True, window_prefill=chunk is not None)
+
+        eager = generate(model, ids, mask, cache(), STEPS + 1, **options)
+        compiled, compiles = compiled_run(model, ids, mask, cache(), STEPS + 1, **options)
+        # transformers compiles a chunked prefill too (step 0, one graph per chunk width); decoding compiles once
+        self.assertEqual([step for step in compiles if step > 0], [1], f"compiles in steps {compiles}")
+        self.assert_same_run(compiled, eager)
+
+    def test_growing_ring_recompiles_only_when_it_grows(self):
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([6, 6], seed=7)
+        limit = 40  # ring of 41 slots: decode steps see 12, 24 and 41 allocated slots (tests/growth_spec.py)
+        eager = generate(model, ids, mask, BoundedCache.from_model(model, limit), STEPS + 1)
+        compiled, compiles = compiled_run(model, ids, mask, BoundedCache.from_model(model, limit), STEPS + 1)
+        ring_full = limit + 1 - ids.shape[1]  # the decode step from which the ring has all its slots
+        decode_compiles = [step for step in compiles if step > 0]
+        self.assertLessEqual(len(decode_compiles), 3, compiles)  # at most one per shape the ring takes
+        self.assertEqual([step for step in decode_compiles if step > ring_full], [], compiles)
+        self.assert_same_run(compiled, eager)
+
+    def test_a_compiled_forward_interrupted_half_way_is_refused(self):
+        """The eager layers check their progress inside the forward; a compiled layer records the plan it carried
+        out and the cache counts it outside the graph: a continuation after a forward interrupted between its
+        layers is refused, one interrupted after its forward is refused as ahead of the sequences."""
+        model = build_tiny_model("mistral")
+        ids, mask = left_padded_batch([9, 9], seed=8)
+        armed = {"layer": False}
+
+        class ArmAt(StoppingCriteria):
+            def __init__(self, at: int, fault: str):
+                self.at, self.calls, self.fault = at, 0, fault
+
+            def __call__(self, input_ids, scores, **kwargs):
+                self.calls += 1
+                if self.calls == self.at:
+                    if self.fault == "criterion":
+                        raise RuntimeError("injected between steps")
+                    armed["layer"] = True
+                return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+        def raise_when_armed(module, args):
+            if armed["layer"]:
+                raise RuntimeError("injected in layer 1")
+
+        handle = model.model.layers[1].register_forward_pre_hook(raise_when_armed)
+        try:
+            for fault, message in [("layer", "interrupted in the middle of a forward"), ("criterion", "seen")]:
+                armed["layer"] = False
+                cache = BoundedCache.from_model(model, LIMIT, static=True)
+                with self.assertRaisesRegex(RuntimeError, "injected"):
+                    compiled_run(model, ids, mask, cache, 40, stopping_criteria=[ArmAt(20, fault)])
+                armed["layer"] = False
+                longer = torch.cat([ids, ids[:, :2]], dim=1)
+                with self.assertRaisesRegex(ValueError, message):
+                    generate(model, longer, torch.ones_like(longer), cache, 2)
+        finally:
+            handle.remove()
+
+
+class InductorTest(unittest.TestCase):
+    def test_inductor_runs_a_static_ring_with_sinks_like_eager(self):
+        """The default backend end to end (C++ kernels on CPU): a short run, left padded, with RoPE sinks."""
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([9, 5], seed=9)
+
+        def cache():
+            return BoundedCache.from_model(model, 8, 2, static=True)
+
+        eager = generate(model, ids, mask, cache(), 24)
+        torch._dynamo.reset()
+        try:
+            compiled = generate(model, ids, mask, cache(), 24, compile_config("inductor"))
+        finally:
+            torch._dynamo.reset()
+        self.assertTrue(torch.equal(compiled.sequences, eager.sequences))
+        for a, b in zip(compiled.logits, eager.logits, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+if __name__ == "__main__":
+    unittest.main()
