@@ -157,7 +157,7 @@ def kv_heads(config) -> int:
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     if compat.has_separate_local_rotary(model):
-        test.skipTest("transformers 4.x Gemma 3 has a second rotary module for its sliding layers: sinks need 5.0.0")
+        test.skipTest("transformers 4.x Gemma 3 and OLMo 3 keep one rotary module per layer type: sinks need 5.0.0")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ from functools import cache
 
 import cachelimit
 import tests.models
-from cachelimit.families.registry import LEARNED, ROPE
+from cachelimit.families.registry import LEARNED, NONE, ROPE
 from tests.bounded_mixin import BoundedGenerationTesterMixin
+from tests.chunked_mixin import ChunkedOracleMixin
 from tests.common import ATTENTION
 from tests.family_mixin import NativeWindowOracleMixin
-from tests.hybrid_mixin import HybridOracleMixin
+from tests.hybrid_mixin import HybridOracleMixin, KVSharingOracleMixin
+from tests.recurrent_mixin import RecurrentOracleMixin
 from tests.sink_mixin import NativeWindowSinkTesterMixin
 
 
@@ -46,9 +48,19 @@ def has_native_window_oracle(family: str) -> bool:
     return issubclass(test, NativeWindowOracleMixin | NativeWindowSinkTesterMixin)
 
 
+#: the layer-kind oracles a declaration mixes in, as the table names them
+EXTRA_ORACLES = {
+    KVSharingOracleMixin: "KV sharing (own run, banded, sinks)",
+    RecurrentOracleMixin: "recurrent state (transformers' own, bytes flat, beams)",
+    ChunkedOracleMixin: "chunked (own run, banded per chunk, sinks, NoPE temperature)",
+}
+
+
 def _positions(family) -> str:
     if family.positions == LEARNED:
         return "learned absolute"
+    if family.positions == NONE:
+        return "none in attention (order from the recurrent layers)"
     config = family.config_class()
     rope = getattr(config, "rope_parameters", None) or {}
     parts = ["RoPE"]
@@ -76,11 +88,16 @@ def supported_families_table() -> str:
         if issubclass(test, HybridOracleMixin):
             window = "yes: every layer, or per layer (hybrid)"
         sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
+        if family.positions == NONE:
+            sinks = "keep their keys as written"
         oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
         if has_native_window_oracle(name):
             oracles.append("native window")
         if issubclass(test, HybridOracleMixin):
             oracles.append("hybrid (own run, banded per layer type)")
+        for mixin, oracle in EXTRA_ORACLES.items():
+            if issubclass(test, mixin):
+                oracles.append(oracle)
         if issubclass(test, BoundedGenerationTesterMixin):
             oracles.append("full matrix")
         notes = [test.notes] if test.notes else []

@@ -76,3 +76,15 @@ def chunk_of(columns: torch.Tensor, attention_mask: torch.Tensor, chunk: int) ->
     transformers' chunked masks discount left padding)."""
     first_real = attention_mask.long().argmax(-1)
     return torch.div(columns[None, :] - first_real[:, None], chunk, rounding_mode="floor")
+
+
+def kept_limit(config, kind: str, limit: int, num_sinks: int) -> int:
+    """Positions one attention type keeps (README "Semantics"): the limit; min(L, W - 1) under a sliding window W;
+    min(L, S + C - 1) under chunks of C (a query reads at most C - 1 keys of its own chunk; the sinks, visible from
+    the first chunk only, take none of them)."""
+    size = native_size(config, kind)
+    if kind == SLIDING:
+        return min(limit, size - 1)
+    if kind == CHUNKED:
+        return min(limit, num_sinks + size - 1)
+    return limit

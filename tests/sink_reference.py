@@ -32,10 +32,8 @@ per step:
 Llama 4's NoPE layers scale their queries by a temperature of the position, which transformers reads from the
 cache length, i.e. the columns seen (the true position of an unpadded row; under left padding the pads count too):
 the reference's cache reports the columns its row has seen in its batch, as a bounded cache does.
-A prompt that is read at once is thus a normal forward; running the prompt token by token gives the
-window-prefill (chunked prefill) semantics where every prompt query sees the sinks plus its own window.
-The library instead keeps window keys at their absolute positions and re-rotates only the sink keys; the two
-agree because attention scores depend on query/key position differences only.
+A prompt read at once is a normal forward; read token by token, it gives the window-prefill semantics. (The library
+instead re-rotates only the sink keys; the two agree because RoPE scores depend on position differences only.)
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ from tests.layer_masks import (
     SLIDING,
     attention_types,
     config_layer_types,
+    kept_limit,
     model_masks,
     native_size,
     takes_one_mask,
@@ -126,39 +125,23 @@ class _RecordingCache(DynamicCache):
         return super().get_seq_length(layer_idx) if self.true_length is None else self.true_length
 
 
-def kept_limit(config, kind: str, limit: int, num_sinks: int) -> int:
-    """Positions one attention type keeps (README "Semantics"): the limit; min(L, W - 1) under a sliding window W;
-    min(L, S + C - 1) under chunks of C (a query reads at most C - 1 keys of its own chunk; the sinks, visible from
-    the first chunk only, take none of them)."""
-    size = native_size(config, kind)
-    if kind == SLIDING:
-        return min(limit, size - 1)
-    if kind == CHUNKED:
-        return min(limit, num_sinks + size - 1)
-    return limit
-
-
 class StreamingReference:
     """StreamingLLM for one unpadded row of a RoPE model (any family, hybrids included); see the module docstring."""
 
     SHIFT_CHECK = 7  # positions the rotation check moves its second forward by
 
-    def __init__(
-        self,
-        model,
-        limit: int,
-        num_sinks: int,
-        cache_relative: bool = True,
-        every_type_keeps: int | None = None,
-        true_temperature: bool = True,
-        left_pads: int = 0,
-    ):
+    def __init__(self, model, limit: int, num_sinks: int, cache_relative: bool = True, **variants):
         """`left_pads`: the pads before this row in its batch (Llama 4's temperature counts them: see the module
         docstring). `cache_relative=False` (keys keep absolute positions), `every_type_keeps` (one kept count for
         every attention type) and `true_temperature=False` (Llama 4's temperature from the kept cache's length) are
         wrong references, only to prove the tests can fail."""
         self.model = model
-        self.cache_relative, self.true_temperature, self.left_pads = cache_relative, true_temperature, left_pads
+        every_type_keeps = variants.pop("every_type_keeps", None)
+        self.true_temperature = variants.pop("true_temperature", True)
+        self.left_pads = variants.pop("left_pads", 0)
+        if variants:
+            raise TypeError(f"unknown StreamingReference arguments: {sorted(variants)}")
+        self.cache_relative = cache_relative
         self.limit, self.num_sinks = limit, num_sinks
         config = model.config
         self.layer_types = config_layer_types(config)

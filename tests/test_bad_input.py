@@ -127,10 +127,11 @@ class BadInputTest(unittest.TestCase):
         self.model.set_attn_implementation("flex_attention")
         self.assert_rejected(ValueError, ["attn_implementation", "flex_attention", "eager", "sdpa"], cache_limit=3)
 
-    def test_sinks_on_gemma3_of_transformers_4_are_refused(self):
-        model = build_tiny_model("gemma3_text")
+    @parameterized.expand([("gemma3_text",), ("olmo3",)])
+    def test_sinks_with_one_rotary_per_layer_type_of_transformers_4_are_refused(self, family):
+        model = build_tiny_model(family)
         if not compat.has_separate_local_rotary(model):
-            self.skipTest("transformers >= 5.0.0: Gemma 3 has one rotary module, its sinks are tested per family")
+            self.skipTest(f"transformers >= 5.0.0: {family} has one rotary module, its sinks are tested per family")
         self.forwards = self.count_forwards(model)
         self.assert_rejected(ValueError, ["num_sink_tokens", "transformers >= 5.0.0"], model, cache_limit=3,
                              num_sink_tokens=1)  # fmt: skip

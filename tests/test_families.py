@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import unittest
+from unittest import mock
 
 import cachelimit
 from cachelimit.families.registry import LEARNED, POSITIONS, ROPE
 from cachelimit.hf import compat
+from tests.common import build_tiny_model, left_padded_batch, not_served_here
 from tests.declarations import declared_tests, representative_families, supported_families_table
 from tests.family_mixin import FamilyOracleMixin
 from tests.readme_table import README, readme_with_table
@@ -23,6 +26,8 @@ class RegistryTest(unittest.TestCase):
     def test_family_names_are_model_types(self):
         for name, family in cachelimit.FAMILIES.items():
             with self.subTest(family=name):
+                if not family.available:
+                    self.skipTest(not_served_here(name))
                 self.assertEqual(family.config_class.model_type, name)
                 for cls in family.model_classes:
                     self.assertEqual(cls.config_class.model_type, name)
@@ -50,3 +55,44 @@ class ReadmeTest(unittest.TestCase):
         self.assertEqual(readme_with_table(text), text, "regenerate it: python -m tests.readme_table")
         for name in cachelimit.supported_families():
             self.assertIn(f"| `{name}` |", text)
+
+
+class ReleaseRefusalTest(unittest.TestCase):
+    def test_a_family_needing_a_later_release_is_refused_by_name_before_any_forward(self):
+        """`Family.since`: on a release before the one a family needs, a bounded run raises a ValueError naming the
+        release and the reason, before the model runs. Checked on one served family per such requirement, with the
+        requirement moved past the installed release (so it runs on every release that has the model)."""
+        required = {}  # (reason, release constant) -> (a family needing it, the release it is checked against)
+        for name in cachelimit.supported_families():
+            family = cachelimit.FAMILIES[name]
+            if family.since is None or not family.available:
+                continue
+            release = getattr(compat, family.since[1])
+            if not compat.at_least(release):  # the real refusal, on this older release
+                required.setdefault(family.since, (name, release))
+            elif not_served_here(name) is None:
+                required.setdefault(family.since, (name, "99.0.0"))
+        self.assertTrue(required, "no family with a release requirement exists here")
+        for (reason, constant), (name, release) in required.items():
+            with self.subTest(family=name, needs=constant):
+                model = build_tiny_model(name, "eager")
+                ids, mask = left_padded_batch([5, 3], seed=0)
+                forwards = []
+                handle = model.register_forward_hook(lambda *args, seen=forwards: seen.append(1))
+                try:
+                    with mock.patch.object(compat, constant, release):
+                        error = str(self._refusal(model, ids, mask))
+                    pattern = rf"needs transformers >= {re.escape(release)}.*{re.escape(str(compat.TRANSFORMERS))}"
+                    self.assertRegex(error, pattern)
+                    self.assertIn(reason, error)
+                    self.assertEqual(forwards, [])
+                finally:
+                    handle.remove()
+
+    @staticmethod
+    def _refusal(model, ids, mask) -> ValueError:
+        try:
+            model.generate(ids, attention_mask=mask, max_new_tokens=2, cache_limit=4)
+        except ValueError as error:
+            return error
+        raise AssertionError("not refused")

@@ -126,12 +126,13 @@ GENERATE_ADVANCES_POSITION_IDS = "5.2.0"
 MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
 
 
-# --- 5.0.0: Gemma 3 keeps its sliding layers' RoPE in one rotary module with the full layers' (it takes a
-# `layer_type`); 4.x has a second module, `rotary_emb_local`, that nothing maps to its layers generically.
+# --- 5.0.0: Gemma 3 and OLMo 3 keep their layer types' RoPE in one rotary module (it takes a `layer_type`); 4.x has
+# separate modules (Gemma 3's `rotary_emb_local`, OLMo 3's `rotary_embs` dict) that nothing maps to layers generically.
 def has_separate_local_rotary(model: torch.nn.Module) -> bool:
-    """Whether the model keeps a second rotary module for its sliding layers (4.x Gemma 3): attention sinks,
+    """Whether the model keeps separate rotary modules per layer type (4.x Gemma 3 and OLMo 3): attention sinks,
     which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
-    return getattr(decoder_body(model), "rotary_emb_local", None) is not None
+    body = decoder_body(model)
+    return getattr(body, "rotary_emb_local", None) is not None or getattr(body, "rotary_embs", None) is not None
 
 
 # --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a

@@ -72,6 +72,12 @@ def attention_windows(config) -> dict[str, int | None]:
     """Bounded attention type -> its native size (the sliding window W, keys a query sees, itself included; the
     chunk size C of chunked attention; None: full attention), for the types the model's layers use, in the order of
     their first layer. Raises a ValueError for what cannot be served."""
+    bidirectional = getattr(config, "use_bidirectional_attention", None)
+    if bidirectional is True or bidirectional == "all":  # Gemma 3/4 embedding checkpoints: keys see later tokens
+        raise ValueError(
+            f"`cache_limit` bounds causal attention; config.use_bidirectional_attention={bidirectional!r} makes every "
+            "token read the tokens after it, which a cache of past keys cannot serve."
+        )
     kinds = [kind for kind in dict.fromkeys(attention_kinds(config)) if kind is not None]
     if not kinds:
         raise ValueError("`cache_limit` bounds attention layers, and this model has none (only recurrent layers).")
