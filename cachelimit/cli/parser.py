@@ -167,13 +167,20 @@ def build_parser() -> _Parser:
 
     demo = commands.add_parser(
         "demo",
-        help="offline: unbounded vs bounded cache on smollm2 if installed, else the tiny model; table + PNG plot",
+        help="offline: unbounded vs bounded cache on SmolLM2 (else the tiny model, saying why); table + PNG plot",
         description="Generate with a model twice, unbounded and with a cache limit; print the KV cache size side "
         "by side and plot it against the generated tokens. SmolLM2 is used when it can be loaded (else the tiny "
         "model, with the reason on one line).",
     )
-    demo.add_argument("--model", choices=("auto", "tiny", "smollm2"), default="auto", help="auto: smollm2 if found")
-    demo.add_argument("--tokens", type=token_count, metavar="N", help="tokens per run (default: 3000; smollm2: 1000)")
+    demo.add_argument(
+        "--model",
+        choices=("auto", "tiny", "smollm2"),
+        default="auto",
+        help="auto (default): smollm2, or the tiny model (with the reason) when it cannot be loaded",
+    )
+    demo.add_argument(
+        "--tokens", type=token_count, metavar="N", help="tokens per run (default: smollm2 800, tiny 3000)"
+    )
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
