@@ -150,6 +150,6 @@ def test_a_stopped_run_leaves_the_positions_it_scored(model, text, tmp_path):
     record = json.loads(path.read_text())
     assert seen == [7, 14, 21] and record["partial"] and len(record["nll"]) == 21
     assert record["nll"] == pytest.approx(whole[:21], abs=1e-5) and record["kv_bytes"] > 0
-    stopped = quality.partial_record(tmp_path, done={})
+    (stopped,) = quality.partial_records(tmp_path, done={})
     assert stopped["name"] == "sinks L=6, S=2 (stopped after 21 positions)"
-    assert quality.partial_record(tmp_path, done={job["key"]: {}}) is None  # the run finished since
+    assert quality.partial_records(tmp_path, done={job["key"]: {}}) == []  # the run finished since

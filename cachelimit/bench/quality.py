@@ -184,16 +184,16 @@ class PartialRun:
         draft.replace(self.path)
 
 
-def partial_record(out: Path, done: dict) -> dict | None:
-    """The partial run left in OUT (None if none, or if its run has since finished), named as one that stopped."""
-    path = out / PARTIAL
-    if not path.is_file():
-        return None
-    record = json.loads(path.read_text())
-    if record["key"] in done:
-        return None
-    positions = len(record["nll"])
-    return {**record, "name": f"{record['name']} (stopped after {positions:,} positions)"}
+def partial_records(out: Path, done: dict) -> list[dict]:
+    """The partial runs left in OUT (`quality_partial*.json`: one per process that ran the benchmark into OUT, or
+    whose partial file was copied there), less those whose run has since finished, each named as one that stopped
+    (after how many positions), so that a report never presents it as the whole text."""
+    records = []
+    for path in sorted(out.glob("quality_partial*.json")):
+        record = json.loads(path.read_text())
+        if record["key"] not in done:
+            records.append({**record, "name": f"{record['name']} (stopped after {len(record['nll']):,} positions)"})
+    return records
 
 
 def run_job(job: dict, model, tokenizer, text_ids, bar, partial: Path | None = None) -> dict:
@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     journal = args.out / "quality_runs.jsonl"
     if not args.resume and not args.report_only:
         journal.write_text("")
-        (args.out / PARTIAL).unlink(missing_ok=True)
+        for stale in args.out.glob("quality_partial*.json"):
+            stale.unlink()
     done = _journal(journal)
     jobs = _jobs(args, limits)
     # a journal record of other settings under a planned key is run again, and replaced
@@ -275,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                 (args.out / PARTIAL).unlink(missing_ok=True)
                 bar.finish(_finished_line(record))
             done[job["key"]] = record
-    stopped = partial_record(args.out, done)
-    print(write_report(list(done.values()) + ([stopped] if stopped else []), args.out))
+    print(write_report(list(done.values()) + partial_records(args.out, done), args.out))
     return 0
 
 
