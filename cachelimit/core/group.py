@@ -64,7 +64,7 @@ class LayerGroup:
     def rotate_sinks(self, plan: StepPlan) -> None:
         """Move the sink keys of every RoPE layer to this decode step's StreamingLLM positions before the forward:
         the un-rotated sink keys of all layers of one rotary kind (and device, dtype and shape) are rotated as one
-        stacked tensor, so a step makes one rotation per kind rather than one per layer, then copied into each
+        tensor (side by side in the batch dim), so a step makes one rotation per kind rather than one per layer, then copied into each
         layer's sink slots. A layer not initialized yet (a first forward of one token) rotates its own."""
         stacks: dict[tuple, list[BoundedLayer]] = {}
         for layer in self.layers:
@@ -78,10 +78,14 @@ class LayerGroup:
         for (kind, device, _, _), same in stacks.items():
             first = same[0]
             cos, sin = plan.on(device).rotations[kind]
-            stacked = same[0].sink_keys[None] if len(same) == 1 else torch.stack([lay.sink_keys for lay in same])
-            rotated = first.rotary.apply(stacked, cos, sin)
-            for index, layer in enumerate(same):
-                getattr(layer, layer.rotated)[:, :, :sinks] = rotated[index]
+            if len(same) == 1:
+                rotated = [first.rotary.apply(first.sink_keys, cos, sin)]
+            else:  # the layers side by side in the batch dim: every rotary takes [batch, heads, n, dim]
+                stacked = torch.cat([layer.sink_keys for layer in same])
+                repeat = (len(same),) + (1,) * (cos.dim() - 1)
+                rotated = first.rotary.apply(stacked, cos.repeat(repeat), sin.repeat(repeat)).chunk(len(same))
+            for layer, moved in zip(same, rotated, strict=True):
+                getattr(layer, layer.rotated)[:, :, :sinks] = moved
         plan.sinks_rotated = True
 
     def reset(self) -> None:
