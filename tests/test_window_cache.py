@@ -18,7 +18,7 @@ from parameterized import parameterized
 from cachelimit import BoundedCache, BoundedLayer
 from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
-from tests.common import build_tiny_model, expected_bytes, left_padded_batch
+from tests.common import build_tiny_model, expected_bytes, kv_layout, left_padded_batch
 from tests.growth_spec import ring_capacities, widths_between
 
 NEW = 30  # decode steps per run: the ring wraps several times for every limit below
@@ -126,6 +126,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         ids, mask = left_padded_batch(lengths, seed=3)
         batch, width = ids.shape
         checked_forwards = []
+        kv_layout(model)  # read from transformers' own cache now: its forwards would reach the hook below
 
         def after_forward(module, args, kwargs, output):
             cache = passed_cache(kwargs)
