@@ -7,7 +7,6 @@ Every family's shape comes from its own test declaration (`tests/models/test_<fa
 from __future__ import annotations
 
 import importlib
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,18 +171,15 @@ class LayerWidths:
     rotated: int
 
 
-_LAYOUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def kv_layout(model) -> list[LayerWidths]:
     """Per decoder layer that keeps keys and values of its own, read from transformers' own cache (not cachelimit's)
     after two forwards over the same tokens at positions 0.. and 7..: in a RoPE model, the stored tensor that changes
-    with the positions is the one that carries them (layers without positions: neither). Read once per model, so a
-    test's forward hook may ask for it (the first call runs the model: make it before such a hook is registered)."""
-    if model in _LAYOUTS:
-        return _LAYOUTS[model]
+    with the positions is the one that carries them (layers without positions: neither)."""
     from transformers import DynamicCache
 
+    known = vars(model).get("_tests_kv_layout")  # once per model: its forwards would reach the hooks of a run
+    if known is not None:
+        return known
     stored = []
     for offset in (0, 7):
         cache = DynamicCache(config=model.config)
@@ -203,7 +199,7 @@ def kv_layout(model) -> list[LayerWidths]:
         elif rope and not torch.allclose(values, moved_values, atol=1e-6):
             rotated = value
         layout.append(LayerWidths(key, value, rotated))
-    _LAYOUTS[model] = layout
+    vars(model)["_tests_kv_layout"] = layout
     return layout
 
 

@@ -17,12 +17,12 @@ from parameterized import parameterized
 import cachelimit
 from cachelimit.families.table import FAMILIES
 from cachelimit.hf import compat
-from cachelimit.hf.masks import transformers_mask as attention_mask_for
 from tests.common import build_tiny_model, left_padded_batch, not_served_here, skip_where_sinks_are_refused
+from tests.layer_masks import attention_types, model_masks
 from tests.reference import extended_mask, real_positions
 from tests.sink_reference import StreamingReference, sink_visibility
 
-ATOL = 1e-6  # probabilities, float32
+ATOL = 3e-6  # probabilities, float32 (Gemma 4's full layers, unscaled scores after q/k norms, measured 1.3e-6 noise)
 
 
 class AttentionOrderTesterMixin:
@@ -45,7 +45,9 @@ class AttentionOrderTesterMixin:
     def reference_attentions(self, model, sequences, full_mask, limit, sinks, spans):
         """Per layer [B, H, T, T]: one cache-free forward where each token reads what it read when generated."""
         visible = sink_visibility(full_mask, limit, sinks, spans)
-        mask = attention_mask_for(model.config, visible, model.dtype)
+        # one visibility for every attention type (the tiny models' native windows and chunks exceed these runs), and
+        # the padding mask for recurrent layers
+        mask = model_masks(model, dict.fromkeys(attention_types(model.config), visible), full_mask)
         output = model(
             input_ids=sequences, attention_mask=mask, position_ids=real_positions(full_mask), output_attentions=True
         )
@@ -128,9 +130,9 @@ class AttentionOrderTesterMixin:
         ids, _ = left_padded_batch([prompt_length], seed=4)
         new, recent = 3 * limit, limit - sinks
         output = self.generate(model, ids, None, limit, new, num_sink_tokens=sinks)
+        reference = StreamingReference(model, limit, sinks)  # before the hook: it runs forwards of its own to check
         recorded = []
         hook = model.register_forward_hook(lambda module, args, out: recorded.append(out.attentions))
-        reference = StreamingReference(model, limit, sinks)
         model.config.output_attentions = True
         try:
             tokens, _ = reference.greedy(ids, new)

@@ -17,6 +17,7 @@ from parameterized import parameterized
 
 import cachelimit
 from cachelimit import BoundedCache
+from cachelimit.core.layers import BoundedLayer
 from cachelimit.core.policy import MAX_CACHE_LIMIT
 from cachelimit.families.table import FAMILIES
 from cachelimit.hf import compat
@@ -31,12 +32,16 @@ from tests.common import (
     skip_where_sinks_are_refused,
 )
 from tests.growth_spec import forward_widths, ring_capacities
-from tests.layer_masks import attention_types, kept_limit
+from tests.layer_masks import attention_types, kept_limit, recurrent_keys
 from tests.reference import extended_mask, generated_step_logits
 from tests.sink_mixin import SinkTesterMixin
 from tests.test_window_cache import expected_kv_bytes
 
 ATOL = 1e-5
+# A recurrent layer (Mamba, ...) scans a prompt read in chunks in another order than the reference's one forward:
+# transformers' own Jamba run, unbounded, with `prefill_chunk_size=3` differs from its one-forward prefill by 1.22e-5
+# (measured; the bounded run equals that chunked run exactly, 0.0, before the bound cuts)
+RECURRENT_CHUNKED_ATOL = 5e-5
 
 
 class GrowthTesterMixin:
@@ -114,7 +119,8 @@ class GrowthTesterMixin:
         with self.bytes_after_each_forward(model) as seen:
             output = self.generate(model, ids, mask, limit, new, prefill_chunk_size=chunk)
         expected = generated_step_logits(model, output.sequences, mask, limit, window_prefill=True)
-        torch.testing.assert_close(torch.stack(output.logits, 1), expected, atol=ATOL, rtol=0)
+        atol = RECURRENT_CHUNKED_ATOL if recurrent_keys(model.config) else ATOL
+        torch.testing.assert_close(torch.stack(output.logits, 1), expected, atol=atol, rtol=0)
         self.assert_grown_exactly(model, seen, 2, limit, 0, forward_widths(13, chunk, new))
 
     def test_growth_with_beams(self):
@@ -173,7 +179,8 @@ class GrowthTesterMixin:
         model = self.build()
         ids, mask = left_padded_batch([7, 3], seed=11)
         first = self.generate(model, ids, mask, 24, 4)  # 10 columns: the ring holds 11 of its 25 slots
-        self.assertEqual(first.past_key_values.layers[0].keys.shape[-2], ring_capacities([7, 1, 1, 1], 25)[-1])
+        bounded = next(layer for layer in first.past_key_values.layers if isinstance(layer, BoundedLayer))
+        self.assertEqual(bounded.keys.shape[-2], ring_capacities([7, 1, 1, 1], 25)[-1])
         ext = extended_mask(mask, first.sequences)
         second = self.generate(model, first.sequences, ext, 24, 26, past_key_values=first.past_key_values)
         whole = self.generate(model, ids, mask, 24, 30)

@@ -126,7 +126,7 @@ class BoundedCacheBookkeepingTest(unittest.TestCase):
         ids, mask = left_padded_batch(lengths, seed=3)
         batch, width = ids.shape
         checked_forwards = []
-        kv_layout(model)  # read from transformers' own cache before the hook below sees every forward
+        kv_layout(model)  # read from transformers' own cache now: its forwards would reach the hook below
 
         def after_forward(module, args, kwargs, output):
             cache = passed_cache(kwargs)
