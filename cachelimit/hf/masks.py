@@ -6,6 +6,8 @@ adding one builder here: `builder(config, plan, dtype) -> mask` gets the whole `
 `allowed` visibility, and what a builder may reuse: `reads_every_key` says the visibility is all-true, `memo` keeps
 what can be reused across the steps of a run). Eager and SDPA masks are transformers' own, built by its
 `masking_utils` functions from the visibility; a decode step that reads every slot reuses one converted all-true row.
+Flex attention gets a `BlockMask` whose `mask_mod` reads the visibility (`hf.flex_mask`). Flash attention has no
+builder (refused): see README "Flash attention and GPUs" for what it would need.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 from ..core.plan import StepPlan
 from ..core.rows import reused_prefix
 from .compat import query_arguments
+from .flex_mask import flex_mask
 
 MaskBuilder = Callable[[object, StepPlan, torch.dtype], object]
 
@@ -55,8 +58,8 @@ def dense_mask(config, plan: StepPlan, dtype: torch.dtype) -> torch.Tensor:
     return reused_prefix(plan.memo, memo_key, keys, every_key, exact=plan.fixed_shapes)
 
 
-#: attention implementation -> the builder of its masks
-MASK_BUILDERS: dict[str, MaskBuilder] = {"eager": dense_mask, "sdpa": dense_mask}
+#: attention implementation -> the builder of its masks (flex attention: `hf.flex_mask`)
+MASK_BUILDERS: dict[str, MaskBuilder] = {"eager": dense_mask, "sdpa": dense_mask, "flex_attention": flex_mask}
 
 
 def supported_attention() -> tuple[str, ...]:

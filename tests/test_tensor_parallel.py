@@ -1,0 +1,96 @@
+"""A bounded `generate` under transformers' tensor parallelism (`tp_plan="auto"`, torch.distributed) on CPU (gloo),
+two processes started by torchrun, equals the one-process run (issue 18).
+
+Each rank holds half of the attention heads, so its cache holds half of the key/value heads: the plan (slots,
+visibility, positions) is computed from the inputs alone, which every rank has whole, so both ranks plan alike. The
+workers are this file run by `torch.distributed.run`; they write what they saw to a folder the test reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+import torch
+
+LIMIT, SINKS, NEW = 8, 2, 24
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def bounded_run(model) -> tuple[torch.Tensor, list[int]]:
+    """A bounded greedy run with sinks over a batch of two; its tokens and the KV heads each layer's cache holds."""
+    model.generation_config.eos_token_id = None
+    ids = torch.randint(1, 256, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=NEW,
+            do_sample=False,
+            cache_limit=LIMIT,
+            num_sink_tokens=SINKS,
+            return_dict_in_generate=True,
+        )
+    return out.sequences, [layer.keys.shape[1] for layer in out.past_key_values.layers]
+
+
+def worker(folder: str) -> None:
+    """One rank: load the saved model with the automatic tensor-parallel plan, run, write what it saw."""
+    from transformers import LlamaForCausalLM
+
+    import cachelimit
+
+    cachelimit.patch("llama")
+    model = LlamaForCausalLM.from_pretrained(folder, tp_plan="auto").eval()
+    sequences, heads = bounded_run(model)
+    weight = model.model.layers[0].self_attn.k_proj.weight
+    seen = {"sequences": sequences.tolist(), "cache_heads": heads, "sharded": type(weight).__name__ == "DTensor"}
+    (Path(folder) / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
+
+
+@unittest.skipUnless(torch.distributed.is_available(), "this torch build has no torch.distributed")
+class TensorParallelTest(unittest.TestCase):
+    def test_two_processes_equal_one(self):
+        import cachelimit
+
+        cachelimit.patch("llama")
+        model = tiny_llama()
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            expected, heads = bounded_run(model)
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+            command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__, folder]
+            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            ranks = [json.loads((Path(folder) / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+        self.assertEqual(heads, [2, 2])
+        for seen in ranks:
+            self.assertTrue(seen["sharded"], "transformers did not shard the model")
+            self.assertEqual(seen["cache_heads"], [1, 1])  # each rank caches its own half of the KV heads
+            self.assertEqual(seen["sequences"], expected.tolist())
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2 and "RANK" in os.environ:
+        worker(sys.argv[1])
+    else:
+        unittest.main()
