@@ -146,3 +146,27 @@ def test_demo_runs_the_real_model(cache_dir, tmp_path, monkeypatch, capsys):
     assert bounded["kv_bytes"] == [30 * (2 * (8 + 1) + 2) * per_position] * 10
     assert unbounded["kv_bytes"][-1] == 30 * 2 * (summary["prompt_tokens"] + 9) * per_position
     assert all(len(run["text"]) > 10 for run in summary["runs"])
+
+
+def test_chat_turns_are_the_chat_template_of_the_whole_conversation(smollm2):
+    """`cachelimit chat` renders each turn as what SmolLM2's template adds for it; joined, the turns and answers
+    (each answer closed by the end-of-turn token the model writes) are exactly the tokens of the template applied
+    to the whole conversation, so a carried cache has read what a one-shot prompt of the conversation would hold."""
+    from cachelimit.cli.conversation import TemplateTurns
+
+    tokenizer = smollm2[1]
+    end_of_turn = tokenizer.eos_token_id
+    turns = TemplateTurns(tokenizer, {end_of_turn})
+    messages = ["What is the capital of France?", "And of Italy?", "Thanks! One more: of Spain?"]
+    answers = ["The capital of France is Paris.", "The capital of Italy is Rome."]
+    history = turns.first(messages[0])
+    for answer, message in zip(answers, messages[1:], strict=True):
+        history += tokenizer(answer, add_special_tokens=False)["input_ids"] + [end_of_turn]
+        history += turns.after(message, end_of_turn)
+    conversation = []
+    for index, message in enumerate(messages):
+        conversation.append({"role": "user", "content": message})
+        if index < len(answers):
+            conversation.append({"role": "assistant", "content": answers[index]})
+    whole = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    assert history == tokenizer(whole, add_special_tokens=False)["input_ids"]
