@@ -12,9 +12,9 @@ import pkgutil
 import unittest
 from functools import cache
 
-import cachelimit
 import tests.models
-from cachelimit.families.registry import LEARNED, ROPE
+from cachelimit.families.registry import LEARNED, ROPE, SINUSOIDAL
+from cachelimit.families.table import SERVED_TYPES
 from tests.bounded_mixin import BoundedGenerationTesterMixin
 from tests.common import ATTENTION
 from tests.family_mixin import NativeWindowOracleMixin
@@ -46,10 +46,15 @@ def has_native_window_oracle(family: str) -> bool:
     return issubclass(test, NativeWindowOracleMixin | NativeWindowSinkTesterMixin)
 
 
-def _positions(family) -> str:
+def _positions(name: str) -> str:
+    from transformers import CONFIG_MAPPING
+
+    family = SERVED_TYPES[name]
     if family.positions == LEARNED:
         return "learned absolute"
-    config = family.config_class()
+    if family.positions == SINUSOIDAL:
+        return "sinusoidal absolute"
+    config = CONFIG_MAPPING[name]()
     rope = getattr(config, "rope_parameters", None) or {}
     parts = ["RoPE"]
     if any(isinstance(value, dict) for value in rope.values()):
@@ -71,12 +76,16 @@ def supported_families_table() -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, test in sorted(declared_tests().items()):
-        family = cachelimit.FAMILIES[name]
+        family = SERVED_TYPES[name]
         window = "yes (every layer sliding)" if has_native_window_oracle(name) else "no"
         if issubclass(test, HybridOracleMixin):
             window = "yes: every layer, or per layer (hybrid)"
         sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
+        if test.sink_refusal:
+            sinks = f"refused: {test.sink_refusal}"
         oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
+        if test.sink_refusal:
+            oracles[1] = "sinks refused before any token"
         if has_native_window_oracle(name):
             oracles.append("native window")
         if issubclass(test, HybridOracleMixin):
@@ -87,6 +96,8 @@ def supported_families_table() -> str:
         if test.attention != ATTENTION:
             notes.append(f"{' and '.join(test.attention)} attention only (transformers)")
         classes = ", ".join(f"`{cls}`" for cls in family.class_names)
-        cells = [f"`{name}`", classes, _positions(family), window, sinks, ", ".join(oracles), "; ".join(notes)]
+        if name != family.name:
+            classes += f" (as `{family.name}`)"
+        cells = [f"`{name}`", classes, _positions(name), window, sinks, ", ".join(oracles), "; ".join(notes)]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -67,8 +67,13 @@ def rotary_shift(model: torch.nn.Module, kind: str | None, rotary_at_end: bool =
 
 
 def model_request(model: torch.nn.Module, request: BoundedRequest) -> BoundedRequest:
-    """`request` fitted to the model's attention types (validated against their windows)."""
-    return request.for_windows(attention_windows(model.config))
+    """`request` fitted to the model's attention types (validated against their windows), and checked by the model's
+    family against what it cannot serve (its `check_request`: a configuration, or sinks where keys cannot move)."""
+    fitted = request.for_windows(attention_windows(model.config))
+    check = getattr(family_of(model), "check_request", None)
+    if check is not None:
+        check(model, fitted)
+    return fitted
 
 
 def fit(cache: BoundedCache, model: torch.nn.Module, request: BoundedRequest, rotary: RotaryFinder | None) -> None:
