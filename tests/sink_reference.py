@@ -138,13 +138,26 @@ class StreamingReference:
 
     def _record_step(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         if self._pending is not None:
-            raw, _, _ = self._pending
+            raw, cos, sin = self._pending
             dims = raw.shape[-1]
-            keys = torch.cat([raw, keys[..., dims:]], dim=-1)  # un-rotated dims + the dims rotation left alone
+            keys = torch.cat([self._unrotated(raw, keys[..., :dims], cos, sin), keys[..., dims:]], dim=-1)
             self.rotary_dims[layer] = dims
         self._pending = None
         self.raw_keys[layer].append(keys)
         self.values[layer].append(values)
+
+    def _unrotated(
+        self, raw: torch.Tensor, stored: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """The key a layer rotated, as it would be at position 0. Usually the key `apply_rotary_pos_emb` was given.
+        A model that processes the rotated key further before storing it (nanochat: a norm without weights, which
+        commutes with the rotation) stores something else: then the stored key is rotated back, with the inverse
+        rotation (cos, -sin) divided by the squared scaling some RoPE variants fold into cos/sin (cos^2 + sin^2 of a
+        frequency pair)."""
+        if torch.allclose(self.apply_rotary_pos_emb(raw, raw, cos, sin)[1], stored, atol=1e-6, rtol=1e-5):
+            return raw
+        back = self.apply_rotary_pos_emb(stored, stored, cos, -sin)[1]
+        return back / (cos[..., :1] ** 2 + sin[..., :1] ** 2).unsqueeze(1)
 
     def _record_table(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         if self._pending is not None:

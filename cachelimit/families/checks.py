@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .refusals import ALIBI
+#: why ALiBi models are refused (bloom, mpt, and Falcon with alibi=True)
+ALIBI = (
+    "ALiBi: the model computes its position bias from the 2D attention mask over the key columns in sequence order, "
+    "but a bounded cache keeps keys in ring order and hands the model a 4D mask, so the bias would be wrong"
+)
 
 
 def sinks_refused(reason: str) -> Callable[[Any, Any], None]:

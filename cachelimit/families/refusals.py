@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from .checks import ALIBI
 from .table import SERVED_TYPES
 
 ENCODER_DECODER = (
@@ -21,10 +22,6 @@ ENCODER = (
     "fine-tuning; cachelimit serves decoder-only language models"
 )
 STATE_SPACE = "no attention KV cache to bound: a recurrent (state-space) model whose state already has a fixed size"
-ALIBI = (
-    "ALiBi: the model computes its position bias from the 2D attention mask over the key columns in sequence order, "
-    "but a bounded cache keeps keys in ring order and hands the model a 4D mask, so the bias would be wrong"
-)
 INDEXED = (
     "indexed sparse attention (a learned indexer picks the top-k keys, with a second cache of index keys): its "
     "selection over a bounded cache is not served"

@@ -12,32 +12,60 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from .checks import NORM_AFTER_ROTATION, query_scale_by_position
 from .registry import Family, learned, rope
 
 TABLE: tuple[Family, ...] = (
     rope("apertus", "ApertusForCausalLM"),
+    rope("apertus1p5_text", "Apertus1p5TextForCausalLM"),
     rope("arcee", "ArceeForCausalLM"),
+    rope("aria_text", "AriaTextForCausalLM"),
+    learned("biogpt", "BioGptForCausalLM", max_positions="max_position_embeddings", label="BioGPT"),
+    rope("bitnet", "BitNetForCausalLM"),
     rope("cohere", "CohereForCausalLM"),  # interleaved rotary pairs: its own apply_rotary_pos_emb moves them
+    rope("cwm", "CwmForCausalLM"),
+    rope("dbrx", "DbrxForCausalLM"),  # fused, clipped qkv projection
+    rope("diffllama", "DiffLlamaForCausalLM"),
+    rope("dots1", "Dots1ForCausalLM"),
     rope("ernie4_5", "Ernie4_5ForCausalLM"),  # interleaved rotary pairs
+    rope("ernie4_5_moe", "Ernie4_5_MoeForCausalLM"),
+    rope("flex_olmo", "FlexOlmoForCausalLM"),
     rope("gemma", "GemmaForCausalLM"),
     rope("gemma2", "Gemma2ForCausalLM"),  # sliding and full layers alternate
     rope("gemma3_text", "Gemma3ForCausalLM"),  # one rotary base per layer type
     rope("glm", "GlmForCausalLM"),  # interleaved, partial rotary
     rope("glm4", "Glm4ForCausalLM"),
+    rope("glm4_moe", "Glm4MoeForCausalLM", aliases=("sarvam_moe",)),
     learned("gpt2", "GPT2LMHeadModel", max_positions="n_positions", label="GPT-2", aliases=("gpt-sw3",)),
     rope("gpt_neox", "GPTNeoXForCausalLM"),  # partial rotary
+    rope("gpt_neox_japanese", "GPTNeoXJapaneseForCausalLM"),  # partial rotary
     rope("granite", "GraniteForCausalLM"),
     rope("granitemoe", "GraniteMoeForCausalLM"),
+    rope("granitemoeshared", "GraniteMoeSharedForCausalLM"),
     rope("helium", "HeliumForCausalLM"),
+    rope("hunyuan_v1_dense", "HunYuanDenseV1ForCausalLM", check_request=NORM_AFTER_ROTATION),
+    rope("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM", check_request=NORM_AFTER_ROTATION),
+    rope("hy_v3", "HYV3ForCausalLM"),
+    rope("hyperclovax", "HyperCLOVAXForCausalLM"),
+    rope("jais2", "Jais2ForCausalLM"),
+    rope("jetmoe", "JetMoeForCausalLM"),
+    rope("laguna", "LagunaForCausalLM"),  # one rotary base and share per layer type
     rope("llama", "LlamaForCausalLM", aliases=("exaone", "internlm3", "iquestcoder")),  # their configs, Llama's class
+    rope("mellum", "MellumForCausalLM"),  # one rotary base per layer type
+    rope("minimax_m2", "MiniMaxM2ForCausalLM"),
     rope("ministral", "MinistralForCausalLM"),
+    rope("ministral3", "Ministral3ForCausalLM", check_request=query_scale_by_position),
     rope("mistral", "MistralForCausalLM"),
     rope("mixtral", "MixtralForCausalLM"),
+    rope("modernbert-decoder", "ModernBertDecoderForCausalLM"),  # one rotary base per layer type
+    rope("nanochat", "NanoChatForCausalLM"),  # weightless q/k norms after the rotation commute with it
+    rope("nemotron", "NemotronForCausalLM"),  # partial rotary
     rope("olmo", "OlmoForCausalLM"),
     rope("olmo2", "Olmo2ForCausalLM"),
     rope("olmoe", "OlmoeForCausalLM"),
     # OPT offsets its position table by 2 inside the model: cachelimit passes the real-token index, as transformers does
     learned("opt", "OPTForCausalLM", max_positions="max_position_embeddings", label="OPT"),
+    rope("persimmon", "PersimmonForCausalLM"),  # partial rotary
     rope("phi", "PhiForCausalLM"),
     rope("phi3", "Phi3ForCausalLM"),
     rope("phimoe", "PhimoeForCausalLM"),
@@ -47,8 +75,10 @@ TABLE: tuple[Family, ...] = (
     rope("qwen3_moe", "Qwen3MoeForCausalLM"),
     rope("seed_oss", "SeedOssForCausalLM"),
     rope("smollm3", "SmolLM3ForCausalLM"),  # NoPE layers keep their sinks as written
+    rope("solar_open", "SolarOpenForCausalLM"),
     rope("stablelm", "StableLmForCausalLM"),
     rope("starcoder2", "Starcoder2ForCausalLM"),
+    rope("vaultgemma", "VaultGemmaForCausalLM"),
 )
 
 #: model_type -> Family, for every served family

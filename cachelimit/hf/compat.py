@@ -19,7 +19,7 @@ import torch
 import transformers
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from transformers import GenerationConfig
+from transformers import GenerationConfig, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 #: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
@@ -127,11 +127,24 @@ MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
 
 
 # --- 5.0.0: Gemma 3 keeps its sliding layers' RoPE in one rotary module with the full layers' (it takes a
-# `layer_type`); 4.x has a second module, `rotary_emb_local`, that nothing maps to its layers generically.
+# `layer_type`); 4.x has a second module, `rotary_emb_local`, that nothing maps to its layers generically (4.x's
+# ModernBERT decoder likewise: `global_rotary_emb` and `local_rotary_emb`).
 def has_separate_local_rotary(model: torch.nn.Module) -> bool:
-    """Whether the model keeps a second rotary module for its sliding layers (4.x Gemma 3): attention sinks,
-    which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
-    return getattr(decoder_body(model), "rotary_emb_local", None) is not None
+    """Whether the model keeps a second rotary module for its sliding layers (4.x Gemma 3 and ModernBERT decoder):
+    attention sinks, which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
+    body = decoder_body(model)
+    return any(getattr(body, name, None) is not None for name in ("rotary_emb_local", "local_rotary_emb"))
+
+
+# --- 5.0.0: 4.x JetMoE builds a rotary module inside every attention layer; 5.x keeps one at the decoder body.
+def has_rotary_per_attention_layer(model: torch.nn.Module) -> bool:
+    """Whether a rotary model keeps its rotary inside each attention layer, not at the decoder body (4.x JetMoE):
+    attention sinks are refused there (`require(..., "5.0.0")`), windows need no rotary and run."""
+    return (
+        not at_least("5.0.0")
+        and getattr(decoder_body(model), "rotary_emb", None) is None
+        and any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
+    )
 
 
 # --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a
@@ -140,9 +153,11 @@ def has_separate_local_rotary(model: torch.nn.Module) -> bool:
 def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     """The module that holds the decoder layers and the rotary embedding, and that every forward of a
     generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
-    through the LM's `forward`, past the LM's own hooks)."""
+    through the LM's `forward`, past the LM's own hooks). Any release: `get_decoder()` returns the first attribute
+    named `decoder` it finds, which in ModernBERT's decoder LM is its output projection (an `nn.Linear`), so only a
+    model (a `PreTrainedModel`) counts as the decoder body."""
     decoder = model.get_decoder()
-    return model.base_model if decoder is model else decoder
+    return model.base_model if decoder is model or not isinstance(decoder, PreTrainedModel) else decoder
 
 
 # --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called

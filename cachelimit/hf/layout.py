@@ -20,7 +20,7 @@ from ..core.cache import BoundedCache, LayerGroup
 from ..core.layers import BoundedLayer
 from ..core.rotary import RotaryShift
 from ..core.window import WindowPolicy
-from .compat import decoder_body, has_separate_local_rotary, require, uses_rope
+from .compat import decoder_body, has_rotary_per_attention_layer, has_separate_local_rotary, require, uses_rope
 from .installed import family_of
 from .layer_types import attention_kinds, attention_windows
 from .request import BoundedRequest
@@ -86,6 +86,12 @@ def fit(cache: BoundedCache, model: torch.nn.Module, request: BoundedRequest, ro
     if request.sinks and rotary is not None and uses_rope(model.config):
         if has_separate_local_rotary(model):
             require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
+        if has_rotary_per_attention_layer(model):
+            require(f"`num_sink_tokens` on {type(model).__name__} (a rotary module in each attention layer)", "5.0.0")
+        if all(kind is None for kind in rotary_kinds) and getattr(model.config, "no_rope_layers", None) is None:
+            rotary(
+                model, ""
+            )  # no rotary module found: raise (a rotary model is not NoPE), never keep sinks as written
         rotaries = {kind: rotary(model, kind) for kind in dict.fromkeys(rotary_kinds) if kind is not None}
     groups = {
         name: LayerGroup(name, WindowPolicy(request.kept(window), request.sinks, request.window_prefill, window))
