@@ -154,6 +154,8 @@ def head_dim(config) -> int:
 
 
 def kv_heads(config) -> int:
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", False):
+        return 1  # Falcon's multi-query attention: one key/value head
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 

@@ -69,6 +69,23 @@ def _positions(name: str) -> str:
     return ", ".join(parts)
 
 
+def verified_against(name: str) -> list[str]:
+    """The oracles a served model type is checked against, read from its test declaration (an alias without one of
+    its own, whose config is its family's, is its family's run)."""
+    family = SERVED_TYPES[name]
+    test = declared_tests().get(name) or declared_tests()[family.name]
+    oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
+    if test.sink_refusal:
+        oracles[1] = "sinks refused before any token"
+    if issubclass(test, NativeWindowOracleMixin | NativeWindowSinkTesterMixin):
+        oracles.append("native window")
+    if issubclass(test, HybridOracleMixin):
+        oracles.append("hybrid (own run, banded per layer type)")
+    if issubclass(test, BoundedGenerationTesterMixin):
+        oracles.append("full matrix")
+    return oracles
+
+
 def supported_families_table() -> str:
     """The README's "Supported families" table, from the registry and the test declarations."""
     rows = [
@@ -83,15 +100,7 @@ def supported_families_table() -> str:
         sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
         if test.sink_refusal:
             sinks = f"refused: {test.sink_refusal}"
-        oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
-        if test.sink_refusal:
-            oracles[1] = "sinks refused before any token"
-        if has_native_window_oracle(name):
-            oracles.append("native window")
-        if issubclass(test, HybridOracleMixin):
-            oracles.append("hybrid (own run, banded per layer type)")
-        if issubclass(test, BoundedGenerationTesterMixin):
-            oracles.append("full matrix")
+        oracles = verified_against(name)
         notes = [test.notes] if test.notes else []
         if test.attention != ATTENTION:
             notes.append(f"{' and '.join(test.attention)} attention only (transformers)")

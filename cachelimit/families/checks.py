@@ -38,6 +38,14 @@ NORM_AFTER_ROTATION = sinks_refused(
 )
 
 
+#: GPT-J and CodeGen rotate interleaved pairs read from a sinusoidal table, with an `apply_rotary_pos_emb(tensor, sin,
+#: cos)` of their own: not the (q, k, cos, sin) rotation cachelimit moves sink keys with.
+OWN_ROTATION_SIGNATURE = sinks_refused(
+    "its rotation (`apply_rotary_pos_emb(tensor, sin, cos)`, interleaved pairs from a sinusoidal table) is not the "
+    "(q, k, cos, sin) one cachelimit moves sink keys with"
+)
+
+
 def no_alibi(model, request) -> None:
     """Falcon serves its rotary configurations; those with `alibi=True` (Falcon-RW) are refused."""
     if getattr(model.config, "alibi", False):

@@ -38,6 +38,10 @@ NOPE_FULL = (
     "only its sliding layers rotate their keys (its full layers are NoPE, set by the layer type), which "
     "cachelimit does not read yet, so sink keys would be moved on the wrong layers: not served yet"
 )
+LEARNED_SINKS = (
+    "learned per-head attention sinks (`s_aux`) in its sliding layers, between full layers of their own kind: not "
+    "served yet"
+)
 DEPRECATED = "deprecated by transformers (kept unmaintained under transformers.models.deprecated, removed in 5.0)"
 SPEECH = "a speech or audio model: its decoder reads audio or codebook streams, not a text KV cache cachelimit serves"
 
@@ -117,7 +121,10 @@ REFUSALS = MappingProxyType(
         "glm4_moe_lite": LATENT,
         "glm_moe_dsa": INDEXED,
         "got_ocr2": multimodal("qwen2"),
+        "gpt_neo": "its local layers apply their window inside the attention, by key index (a causal buffer), not through the mask: not served yet",
         "gpt_oss": hybrid("learned per-head attention sinks between sliding and full layers"),
+        "granite_swa": LEARNED_SINKS,
+        "granitemoe_swa": LEARNED_SINKS,
         "granitemoehybrid": hybrid("Mamba-2 layers between the attention layers"),
         "hrm_text": "it runs its layers several cycles per token, each cycle with a cache layer of its own "
         "(layer_idx + cycle_offset)",
@@ -127,6 +134,7 @@ REFUSALS = MappingProxyType(
         "inkling_text": LINEAR,
         "jamba": hybrid("Mamba layers between the attention layers"),
         "kimi_linear": LINEAR,
+        "kolibri1": NOPE_FULL,
         "lara_mini": LINEAR,
         "lfm2": hybrid("short convolution layers between the attention layers"),
         "lfm2_moe": LINEAR,
@@ -140,6 +148,7 @@ REFUSALS = MappingProxyType(
         "mbart": ENCODER_DECODER,
         "mega": DEPRECATED,
         "megatron-bert": ENCODER,
+        "mimo_v2_flash": LEARNED_SINKS,
         "minicpm3": LATENT,
         "minimax": LINEAR,
         "minimax_m3_vl_text": INDEXED,

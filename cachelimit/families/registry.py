@@ -48,6 +48,9 @@ class Family:
     #: `LlamaForCausalLM`): `patch(alias)` patches this family, and each alias with a config of its own has its own
     #: test declaration
     aliases: tuple[str, ...] = ()
+    #: (release, why): the oldest transformers whose classes of this family cachelimit serves, where that is later
+    #: than the family itself (4.x XGLM checks its 4D mask against the whole past); earlier ones lack it (`missing`)
+    needs_release: tuple[str, str] | None = None
 
     def __post_init__(self):
         if self.positions not in POSITION_KINDS:
@@ -78,6 +81,11 @@ class Family:
         from transformers import CONFIG_MAPPING
 
         names = [] if self.name in CONFIG_MAPPING else [f"model type {self.name!r}"]
+        if self.needs_release is not None:
+            from ..hf.compat import at_least
+
+            release, why = self.needs_release
+            names += [] if at_least(release) else [f"transformers >= {release} ({why})"]
         return (*names, *(name for name in self.class_names if not hasattr(transformers, name)))
 
     @property
@@ -140,7 +148,9 @@ def learned(
     return Family(name, class_names, LEARNED, check_generation=check, check_request=check_request, aliases=aliases)
 
 
-def sinusoidal(name: str, *class_names: str, aliases: tuple[str, ...] = ()) -> Family:
+def sinusoidal(
+    name: str, *class_names: str, aliases: tuple[str, ...] = (), needs_release: tuple[str, str] | None = None
+) -> Family:
     """A family with sinusoidal absolute positions added to the embeddings (XGLM): no rotation to adjust (sinks keep
     their positions) and no end (the model extends its table as the sequence grows)."""
-    return Family(name, class_names, SINUSOIDAL, aliases=aliases)
+    return Family(name, class_names, SINUSOIDAL, aliases=aliases, needs_release=needs_release)

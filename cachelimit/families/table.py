@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .checks import NORM_AFTER_ROTATION, query_scale_by_position
-from .registry import Family, learned, rope
+from .checks import NORM_AFTER_ROTATION, OWN_ROTATION_SIGNATURE, no_alibi, query_scale_by_position
+from .registry import Family, learned, rope, sinusoidal
 
 TABLE: tuple[Family, ...] = (
     rope("apertus", "ApertusForCausalLM"),
@@ -22,6 +22,8 @@ TABLE: tuple[Family, ...] = (
     rope("aria_text", "AriaTextForCausalLM"),
     learned("biogpt", "BioGptForCausalLM", max_positions="max_position_embeddings", label="BioGPT"),
     rope("bitnet", "BitNetForCausalLM"),
+    # GPT-J and CodeGen: a rotary table of n_positions rows; sinks refused (their rotation has a signature of its own)
+    rope("codegen", "CodeGenForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE),
     rope("cohere", "CohereForCausalLM"),  # interleaved rotary pairs: its own apply_rotary_pos_emb moves them
     rope("cwm", "CwmForCausalLM"),
     rope("dbrx", "DbrxForCausalLM"),  # fused, clipped qkv projection
@@ -29,6 +31,7 @@ TABLE: tuple[Family, ...] = (
     rope("dots1", "Dots1ForCausalLM"),
     rope("ernie4_5", "Ernie4_5ForCausalLM"),  # interleaved rotary pairs
     rope("ernie4_5_moe", "Ernie4_5_MoeForCausalLM"),
+    rope("falcon", "FalconForCausalLM", check_request=no_alibi),  # ALiBi (Falcon-RW) refused
     rope("flex_olmo", "FlexOlmoForCausalLM"),
     rope("gemma", "GemmaForCausalLM"),
     rope("gemma2", "Gemma2ForCausalLM"),  # sliding and full layers alternate
@@ -37,8 +40,10 @@ TABLE: tuple[Family, ...] = (
     rope("glm4", "Glm4ForCausalLM"),
     rope("glm4_moe", "Glm4MoeForCausalLM", aliases=("sarvam_moe",)),
     learned("gpt2", "GPT2LMHeadModel", max_positions="n_positions", label="GPT-2", aliases=("gpt-sw3",)),
+    learned("gpt_bigcode", "GPTBigCodeForCausalLM", max_positions="n_positions", label="GPTBigCode"),
     rope("gpt_neox", "GPTNeoXForCausalLM"),  # partial rotary
     rope("gpt_neox_japanese", "GPTNeoXJapaneseForCausalLM"),  # partial rotary
+    rope("gptj", "GPTJForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE, label="GPT-J"),
     rope("granite", "GraniteForCausalLM"),
     rope("granitemoe", "GraniteMoeForCausalLM"),
     rope("granitemoeshared", "GraniteMoeSharedForCausalLM"),
@@ -50,7 +55,7 @@ TABLE: tuple[Family, ...] = (
     rope("jais2", "Jais2ForCausalLM"),
     rope("jetmoe", "JetMoeForCausalLM"),
     rope("laguna", "LagunaForCausalLM"),  # one rotary base and share per layer type
-    rope("llama", "LlamaForCausalLM", aliases=("exaone", "internlm3", "iquestcoder")),  # their configs, Llama's class
+    rope("llama", "LlamaForCausalLM", aliases=("code_llama", "exaone", "internlm3", "iquestcoder")),  # Llama's class
     rope("mellum", "MellumForCausalLM"),  # one rotary base per layer type
     rope("minimax_m2", "MiniMaxM2ForCausalLM"),
     rope("ministral", "MinistralForCausalLM"),
@@ -79,6 +84,8 @@ TABLE: tuple[Family, ...] = (
     rope("stablelm", "StableLmForCausalLM"),
     rope("starcoder2", "Starcoder2ForCausalLM"),
     rope("vaultgemma", "VaultGemmaForCausalLM"),
+    # the model extends its table as the sequence grows; 4.x checks the 4D mask's width against the whole past
+    sinusoidal("xglm", "XGLMForCausalLM", needs_release=("5.0.0", "4.x XGLM requires a 4D mask as wide as the past")),
 )
 
 #: model_type -> Family, for every served family
