@@ -102,12 +102,13 @@ def rope(
     max_positions: str | None = None,
     label: str = "",
     aliases: tuple[str, ...] = (),
+    needs_release: tuple[str, str] | None = None,
 ) -> Family:
     """A RoPE family: its sinks are moved with the model's own rotary module, found by `rotary` (by default
     `model.base_model.rotary_emb` and its modeling module's `apply_rotary_pos_emb`: `hf.layout.rotary_shift`).
     `max_positions` names the config field where a rotary *table* ends (GPT-J, CodeGen: positions past it fail)."""
     check = None if max_positions is None else position_table_check(max_positions, label or name, "rotary table")
-    return Family(name, class_names, ROPE, rotary, check, check_request, aliases)
+    return Family(name, class_names, ROPE, rotary, check, check_request, aliases, needs_release)
 
 
 def position_table_check(attribute: str, label: str, table: str) -> Callable[[Any, int, int], None]:

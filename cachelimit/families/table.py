@@ -73,9 +73,11 @@ TABLE: tuple[Family, ...] = (
     rope("persimmon", "PersimmonForCausalLM"),  # partial rotary
     rope("phi", "PhiForCausalLM"),
     rope("phi3", "Phi3ForCausalLM"),
-    rope("phimoe", "PhimoeForCausalLM"),
+    # 4.x PhiMoE computes its rotary from the sequence length, not the positions, and builds its own window mask
+    rope("phimoe", "PhimoeForCausalLM", needs_release=("5.0.0", "4.x PhiMoE's rotary and window mask are its own")),
     rope("qwen2", "Qwen2ForCausalLM"),
-    rope("qwen2_moe", "Qwen2MoeForCausalLM"),
+    # 4.x Qwen2-MoE builds its own window mask and slides the layers from max_window_layers on (no layer_types)
+    rope("qwen2_moe", "Qwen2MoeForCausalLM", needs_release=("5.0.0", "4.x Qwen2-MoE's window mask is its own")),
     rope("qwen3", "Qwen3ForCausalLM"),
     rope("qwen3_moe", "Qwen3MoeForCausalLM"),
     rope("seed_oss", "SeedOssForCausalLM"),
