@@ -95,6 +95,9 @@ class RegistryTest(unittest.TestCase):
 class ReadmeTest(unittest.TestCase):
     @unittest.skipUnless(compat.at_least("5.0.0"), "generated on 5.x: 4.x configs spell Gemma 3's RoPE bases apart")
     def test_supported_families_table_matches_the_registry(self):
+        missing = {name: family.missing for name, family in SERVED_TYPES.items() if family.missing}
+        if missing:  # generated where every family is available (the README pin)
+            self.skipTest(f"the table lists families transformers {compat.TRANSFORMERS} lacks: {sorted(missing)}")
         text = README.read_text()
         self.assertIn(supported_families_table(), text)
         self.assertEqual(readme_with_table(text), text, "regenerate it: python -m tests.readme_table")

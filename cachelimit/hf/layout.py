@@ -38,7 +38,8 @@ def layer_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
     layers = config.num_hidden_layers
     if rotary is None:
         return [None] * layers
-    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    # a rotary that takes a layer type, on a config that names them (5.12's PhiMoE takes one and has no layer_types)
+    per_type = "layer_type" in inspect.signature(rotary.forward).parameters and getattr(config, "layer_types", None)
     kinds: list[str | None] = list(config.layer_types) if per_type else [""] * layers
     no_rope = getattr(config, "no_rope_layers", None)
     if no_rope is not None:

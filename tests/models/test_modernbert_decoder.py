@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import unittest
 
+from cachelimit.hf import compat
 from tests.family_mixin import FamilyOracleMixin, NativeWindowOracleMixin
 from tests.hybrid_mixin import HybridOracleMixin
 
@@ -20,7 +21,15 @@ class ModernbertDecoderFamilyTest(FamilyOracleMixin, NativeWindowOracleMixin, Hy
     def build(self, attn=None, layers=2, **overrides):
         if "sliding_window" in overrides:  # the config recomputes sliding_window from local_attention
             overrides["local_attention"] = 2 * overrides.pop("sliding_window")
-        model = super().build(attn, layers, **overrides)
+        try:
+            model = super().build(attn, layers, **overrides)
+        except Exception as error:  # noqa: BLE001 - only the one failure below is skipped, any other re-raised
+            if set(overrides.get("layer_types", ())) != {"sliding_attention"} or "rope_parameters" not in str(error):
+                raise
+            self.skipTest(
+                f"transformers {compat.TRANSFORMERS} cannot build a ModernBERT decoder whose layers all slide: its "
+                f"config rejects the rope_parameters it derives for them ({type(error).__name__})"
+            )
         local_attention = overrides.get("local_attention", self.tiny_config["local_attention"])
         self.assertEqual(model.config.sliding_window, local_attention // 2)  # 4.x's config keeps only this one
         return model
