@@ -14,6 +14,7 @@ import torch
 
 import cachelimit
 from cachelimit.families.registry import ROPE
+from cachelimit.families.table import SERVED_TYPES
 from cachelimit.hf import compat
 
 VOCAB = 61
@@ -44,9 +45,12 @@ def declared(family: str):
 def tiny_config(family: str, num_hidden_layers: int = 2, vocab_size: int = VOCAB, **overrides: Any):
     """A config of the family's tiny shape (its declaration's `tiny_config`, then `overrides`); a `layer_types` tuple
     is a pattern repeated over the layers, and a callable value is called with the number of layers (Gemma 4's KV
-    sharing covers all layers but the first two)."""
-    runtime = cachelimit.FAMILIES[family]
-    config_class = runtime.config_class
+    sharing covers all layers but the first two). `family` is a served model type: a family or an alias (its own
+    config, its family's class)."""
+    from transformers import CONFIG_MAPPING
+
+    runtime = SERVED_TYPES[family]
+    config_class = CONFIG_MAPPING[family]
     declared_fields = compat.config_fields(config_class)
     # pad_token_id is every config's (5.0.0's Phi and StableLM configs do not declare it, but their models read it)
     shared = {key: value for key, value in ROPE_TINY.items() if key in declared_fields or key == "pad_token_id"}
@@ -74,7 +78,7 @@ def build_tiny_model(
     config = tiny_config(family, layers, VOCAB, **config_overrides)
     config._attn_implementation = attn_implementation  # at construction: 4.x cannot switch StableLM's afterwards
     torch.manual_seed(seed)
-    model = cachelimit.FAMILIES[family].model_classes[0](config)
+    model = SERVED_TYPES[family].model_classes[0](config)
     if model.config._attn_implementation != attn_implementation:
         model.set_attn_implementation(attn_implementation)
     model = model.to(dtype).eval()
@@ -96,25 +100,40 @@ def left_padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def skip_unless_available(test, family: str) -> None:
+    """Skip a test of a served model type the installed transformers does not have (a later release added it): the
+    reason names what is missing, read from the family table, never from a list of releases."""
+    runtime = SERVED_TYPES[family]
+    missing = runtime.missing if family == runtime.name else (*runtime.missing, *_missing_config(family))
+    if missing:
+        test.skipTest(f"{family}: transformers {compat.TRANSFORMERS} lacks {', '.join(missing)}")
+
+
+def _missing_config(model_type: str) -> tuple[str, ...]:
+    from transformers import CONFIG_MAPPING
+
+    return () if model_type in CONFIG_MAPPING else (f"model type {model_type!r}",)
+
+
 def not_served_here(family: str) -> str | None:
-    """Why the installed transformers cannot run `family` (its model classes came later, or its modeling code here is
-    one cachelimit refuses: `Family.since`), or None. Tests of such a family are skipped with this reason; the
-    refusals themselves are tested (`tests/test_families.py`)."""
-    runtime = cachelimit.FAMILIES[family]
-    if not runtime.available:
-        return f"transformers {compat.TRANSFORMERS} has no {', '.join(runtime.class_names)} (a later release)"
+    """Why the installed transformers has `family` but cachelimit refuses its modeling code here (`Family.since`),
+    or None. Tests of such a family are skipped with this reason; the refusals themselves are tested
+    (`tests/test_families.py`)."""
+    runtime = SERVED_TYPES[family]
     if runtime.since is not None and not compat.at_least(getattr(compat, runtime.since[1])):
         return f"{family} needs transformers >= {getattr(compat, runtime.since[1])} ({runtime.since[0]})"
     return None
 
 
 class FamilyTestBase:
-    """What every family test reads: the family's runtime entry (`cachelimit.FAMILIES[family]`) and, from its test
-    declaration, what the tests need to know about it. A family the installed transformers cannot run is skipped,
-    with the reason (`not_served_here`)."""
+    """What every family test reads: the family's runtime entry (`SERVED_TYPES[family]`: a family, or the family an
+    alias is built into) and, from its test declaration, what the tests need to know about it. Tests of a model type
+    the installed transformers lacks are skipped, saying what is missing; so are those of a family whose modeling
+    code in this release cachelimit refuses, with the reason (`not_served_here`)."""
 
     def setUp(self):
         super().setUp()
+        skip_unless_available(self, self.family)
         reason = not_served_here(self.family)
         if reason is not None:
             self.skipTest(reason)
@@ -127,10 +146,13 @@ class FamilyTestBase:
     attention: tuple[str, ...] = ATTENTION
     #: one line for the README table: what is particular about this family
     notes: str = ""
+    #: where the family refuses `num_sink_tokens` (its keys cannot be moved exactly): a phrase of the reason its
+    #: ValueError gives (the tests expect it, the README's "sinks" column shows it); "" where sinks are served
+    sink_refusal: str = ""
 
     @property
     def runtime(self) -> cachelimit.Family:
-        return cachelimit.FAMILIES[self.family]
+        return SERVED_TYPES[self.family]
 
     @property
     def uses_rope(self) -> bool:
@@ -150,13 +172,21 @@ def head_dim(config) -> int:
 
 
 def kv_heads(config) -> int:
+    if getattr(config, "multi_query", False) and not getattr(config, "new_decoder_architecture", False):
+        return 1  # Falcon's multi-query attention: one key/value head
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     if compat.has_separate_local_rotary(model):
-        test.skipTest("transformers 4.x Gemma 3 and OLMo 3 keep one rotary module per layer type: sinks need 5.0.0")
+        test.skipTest(
+            f"transformers 4.x {type(model).__name__} has a second rotary module for its sliding layers: sinks need 5.0.0"
+        )
+    if compat.has_rotary_per_attention_layer(model):
+        test.skipTest(
+            f"transformers 4.x {type(model).__name__} has a rotary module in each attention layer: sinks need 5.0.0"
+        )
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import pkgutil
 import unittest
 from functools import cache
 
-import cachelimit
 import tests.models
-from cachelimit.families.registry import LEARNED, NONE, ROPE
+from cachelimit.families.registry import LEARNED, NONE, ROPE, SINUSOIDAL
+from cachelimit.families.table import SERVED_TYPES
 from tests.bounded_mixin import BoundedGenerationTesterMixin
 from tests.chunked_mixin import ChunkedOracleMixin
 from tests.common import ATTENTION
@@ -56,12 +56,17 @@ EXTRA_ORACLES = {
 }
 
 
-def _positions(family) -> str:
+def _positions(name: str) -> str:
+    from transformers import CONFIG_MAPPING
+
+    family = SERVED_TYPES[name]
     if family.positions == LEARNED:
         return "learned absolute"
+    if family.positions == SINUSOIDAL:
+        return "sinusoidal absolute"
     if family.positions == NONE:
         return "none in attention (order from the recurrent layers)"
-    config = family.config_class()
+    config = CONFIG_MAPPING[name]()
     rope = getattr(config, "rope_parameters", None) or {}
     parts = ["RoPE"]
     if any(isinstance(value, dict) for value in rope.values()):
@@ -76,6 +81,26 @@ def _positions(family) -> str:
     return ", ".join(parts)
 
 
+def verified_against(name: str) -> list[str]:
+    """The oracles a served model type is checked against, read from its test declaration (an alias without one of
+    its own, whose config is its family's, is its family's run)."""
+    family = SERVED_TYPES[name]
+    test = declared_tests().get(name) or declared_tests()[family.name]
+    oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
+    if test.sink_refusal:
+        oracles[1] = "sinks refused before any token"
+    if issubclass(test, NativeWindowOracleMixin | NativeWindowSinkTesterMixin):
+        oracles.append("native window")
+    if issubclass(test, HybridOracleMixin):
+        oracles.append("hybrid (own run, banded per layer type)")
+    for mixin, oracle in EXTRA_ORACLES.items():
+        if issubclass(test, mixin):
+            oracles.append(oracle)
+    if issubclass(test, BoundedGenerationTesterMixin):
+        oracles.append("full matrix")
+    return oracles
+
+
 def supported_families_table() -> str:
     """The README's "Supported families" table, from the registry and the test declarations."""
     rows = [
@@ -83,27 +108,22 @@ def supported_families_table() -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, test in sorted(declared_tests().items()):
-        family = cachelimit.FAMILIES[name]
+        family = SERVED_TYPES[name]
         window = "yes (every layer sliding)" if has_native_window_oracle(name) else "no"
         if issubclass(test, HybridOracleMixin):
             window = "yes: every layer, or per layer (hybrid)"
         sinks = "re-rotated with the model's rotary" if family.positions == ROPE else "keep their positions"
         if family.positions == NONE:
             sinks = "keep their keys as written"
-        oracles = ["banded reference", "StreamingLLM reference" if family.positions == ROPE else "banded + sinks"]
-        if has_native_window_oracle(name):
-            oracles.append("native window")
-        if issubclass(test, HybridOracleMixin):
-            oracles.append("hybrid (own run, banded per layer type)")
-        for mixin, oracle in EXTRA_ORACLES.items():
-            if issubclass(test, mixin):
-                oracles.append(oracle)
-        if issubclass(test, BoundedGenerationTesterMixin):
-            oracles.append("full matrix")
+        if test.sink_refusal:
+            sinks = f"refused: {test.sink_refusal}"
+        oracles = verified_against(name)
         notes = [test.notes] if test.notes else []
         if test.attention != ATTENTION:
             notes.append(f"{' and '.join(test.attention)} attention only (transformers)")
         classes = ", ".join(f"`{cls}`" for cls in family.class_names)
-        cells = [f"`{name}`", classes, _positions(family), window, sinks, ", ".join(oracles), "; ".join(notes)]
+        if name != family.name:
+            classes += f" (as `{family.name}`)"
+        cells = [f"`{name}`", classes, _positions(name), window, sinks, ", ".join(oracles), "; ".join(notes)]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

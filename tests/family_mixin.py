@@ -11,6 +11,8 @@ subset of families, each declaring so.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from parameterized import parameterized
 
@@ -72,7 +74,10 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
     def test_oracle_cache_holds_at_most_limit(self):
         model = self.build(layers=3)
         ids, mask = left_padded_batch([9, 4], seed=10)
-        refused = compat.has_separate_local_rotary(model)  # 4.x Gemma 3: sinks refused (test_bad_input checks it)
+        # 4.x Gemma 3, ModernBERT decoder, JetMoE: sinks refused (test_bad_input checks it); so are they where the
+        # family refuses them
+        refused = compat.has_separate_local_rotary(model) or compat.has_rotary_per_attention_layer(model)
+        refused = refused or bool(self.sink_refusal)
         for sinks in (0,) if refused else (0, 2):
             cache = self.generate(model, ids, mask, 5, num_sink_tokens=sinks or None).past_key_values
             self.assertIsInstance(cache, BoundedCache)
@@ -84,6 +89,9 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
     @parameterized.expand([("prefill", None), ("chunked", 3)])
     def test_oracle_sinks_match_reference(self, _, chunk):
         model = self.sink_build()
+        if self.sink_refusal:  # refused before any forward, with the family's reason
+            self.assert_sinks_refused(model)
+            return
         ids, mask = left_padded_batch([9, 3], seed=4)
         out, logits = self.run_sinks(model, ids, mask, 5, 2, 14, prefill_chunk_size=chunk)
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 5, 2, window_prefill=chunk is not None)
@@ -91,6 +99,10 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
     def test_oracle_bounded_cache_from_model_equals_generates_own(self):
         """`BoundedCache.from_model` finds the same rotary (and window) as the family declaration."""
         model = self.sink_build()
+        if self.sink_refusal:
+            with self.assertRaisesRegex(ValueError, re.escape(self.sink_refusal)):
+                BoundedCache.from_model(model, 4, 2)
+            return
         ids, mask = left_padded_batch([9, 3], seed=5)
         own, own_logits = self.run_sinks(model, ids, mask, 4, 2, 10)
         cache = BoundedCache.from_model(model, 4, 2)

@@ -8,6 +8,8 @@ mixes this into a `unittest.TestCase`.
 
 from __future__ import annotations
 
+import re
+
 import torch
 from parameterized import parameterized
 
@@ -77,6 +79,19 @@ class SinkHelpers(FamilyTestBase):
             **kwargs,
         )
         return out, torch.stack(out.logits, dim=1)
+
+    def assert_sinks_refused(self, model) -> None:
+        """A family that cannot move its sink keys exactly refuses sinks with its reason, before any forward (and a
+        plain window on the same model still runs)."""
+        ids, mask = left_padded_batch([6, 3], seed=4)
+        forwards = []
+        handle = model.register_forward_pre_hook(lambda module, args: forwards.append(1))
+        self.addCleanup(handle.remove)
+        with self.assertRaisesRegex(ValueError, re.escape(self.sink_refusal)):
+            self.run_sinks(model, ids, mask, 5, 2, 3)
+        self.assertEqual(forwards, [])
+        self.run_sinks(model, ids, mask, 5, 0, 3)
+        self.assertEqual(len(forwards), 3)
 
     def assert_sinks_match_reference(self, model, ids, mask, out, logits, limit, sinks, window_prefill=False):
         """Every step's logits and every token of a fresh greedy run equal the independent reference."""

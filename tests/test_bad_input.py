@@ -130,14 +130,17 @@ class BadInputTest(unittest.TestCase):
         expected = ["attn_implementation", "flash_attention_2", "eager", "sdpa", "flex_attention"]
         self.assert_rejected(ValueError, expected, cache_limit=3)
 
-    @parameterized.expand([("gemma3_text",), ("olmo3",)])
-    def test_sinks_with_one_rotary_per_layer_type_of_transformers_4_are_refused(self, family):
-        model = build_tiny_model(family)
-        if not compat.has_separate_local_rotary(model):
-            self.skipTest(f"transformers >= 5.0.0: {family} has one rotary module, its sinks are tested per family")
-        self.forwards = self.count_forwards(model)
-        self.assert_rejected(ValueError, ["num_sink_tokens", "transformers >= 5.0.0"], model, cache_limit=3,
-                             num_sink_tokens=1)  # fmt: skip
+    def test_sinks_where_transformers_4_keeps_rotaries_apart_are_refused(self):
+        """The 4.x layouts of `compat`: one rotary module per layer type (Gemma 3, OLMo 3, ModernBERT decoder), a
+        rotary in each attention layer (JetMoE)."""
+        for family in ("gemma3_text", "olmo3", "modernbert-decoder", "jetmoe"):
+            with self.subTest(family=family):
+                model = build_tiny_model(family)
+                if not (compat.has_separate_local_rotary(model) or compat.has_rotary_per_attention_layer(model)):
+                    self.skipTest("transformers >= 5.0.0: one rotary module each, their sinks are tested per family")
+                self.forwards = self.count_forwards(model)
+                self.assert_rejected(ValueError, ["num_sink_tokens", "transformers >= 5.0.0"], model, cache_limit=3,
+                                     num_sink_tokens=1)  # fmt: skip
 
     @unittest.skipUnless(compat.CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN, "transformers >= 5.0.0 chunks any prompt")
     def test_chunked_one_token_prompt_on_transformers_4(self):

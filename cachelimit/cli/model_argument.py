@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..families.table import FAMILIES
+from ..families.refusals import not_served
+from ..families.table import SERVED_TYPES
 from .pretrained import PRETRAINED, CacheDirError, MissingModelError, load_pretrained
 
 if TYPE_CHECKING:  # the command line imports this module to check paths, before torch is needed
@@ -72,17 +73,14 @@ def load_model(name: str, dtype: torch.dtype):
     except Exception as error:
         raise load_error(name, local, error) from None
     family = config.model_type
-    if family not in FAMILIES:
-        raise LoadError(
-            f"{name!r} has model_type {family!r}, which cachelimit does not support; supported families: "
-            f"{', '.join(sorted(FAMILIES))}"
-        )
+    if family not in SERVED_TYPES:  # a refused type says why (families.refusals), any other lists the served ones
+        raise LoadError(f"{name!r} has model_type {family!r}: {not_served(family)}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except Exception as error:
         raise load_error(name, local, error) from None
-    classes = FAMILIES[family].model_classes
+    classes = SERVED_TYPES[family].model_classes
     if not isinstance(model, classes):
         raise LoadError(
             f"{name!r} loads as {type(model).__name__}; cachelimit's {family} family covers "

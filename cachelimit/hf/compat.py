@@ -19,7 +19,7 @@ import torch
 import transformers
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from transformers import GenerationConfig, cache_utils
+from transformers import GenerationConfig, PreTrainedModel, cache_utils
 from transformers.cache_utils import CacheLayerMixin
 
 #: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
@@ -127,12 +127,26 @@ MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
 
 
 # --- 5.0.0: Gemma 3 and OLMo 3 keep their layer types' RoPE in one rotary module (it takes a `layer_type`); 4.x has
-# separate modules (Gemma 3's `rotary_emb_local`, OLMo 3's `rotary_embs` dict) that nothing maps to layers generically.
+# separate modules (Gemma 3's `rotary_emb_local`, OLMo 3's `rotary_embs` dict, the ModernBERT decoder's
+# `global_rotary_emb` and `local_rotary_emb`) that nothing maps to layers generically.
 def has_separate_local_rotary(model: torch.nn.Module) -> bool:
-    """Whether the model keeps separate rotary modules per layer type (4.x Gemma 3 and OLMo 3): attention sinks,
-    which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
+    """Whether the model keeps separate rotary modules per layer type (4.x Gemma 3, OLMo 3 and ModernBERT decoder):
+    attention sinks, which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
     body = decoder_body(model)
-    return getattr(body, "rotary_emb_local", None) is not None or getattr(body, "rotary_embs", None) is not None
+    return any(
+        getattr(body, name, None) is not None for name in ("rotary_emb_local", "local_rotary_emb", "rotary_embs")
+    )
+
+
+# --- 5.0.0: 4.x JetMoE builds a rotary module inside every attention layer; 5.x keeps one at the decoder body.
+def has_rotary_per_attention_layer(model: torch.nn.Module) -> bool:
+    """Whether a rotary model keeps its rotary inside each attention layer, not at the decoder body (4.x JetMoE):
+    attention sinks are refused there (`require(..., "5.0.0")`), windows need no rotary and run."""
+    return (
+        not at_least("5.0.0")
+        and getattr(decoder_body(model), "rotary_emb", None) is None
+        and any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
+    )
 
 
 # --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a
@@ -141,9 +155,11 @@ def has_separate_local_rotary(model: torch.nn.Module) -> bool:
 def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     """The module that holds the decoder layers and the rotary embedding, and that every forward of a
     generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
-    through the LM's `forward`, past the LM's own hooks)."""
+    through the LM's `forward`, past the LM's own hooks). Any release: `get_decoder()` returns the first attribute
+    named `decoder` it finds, which in ModernBERT's decoder LM is its output projection (an `nn.Linear`), so only a
+    model (a `PreTrainedModel`) counts as the decoder body."""
     decoder = model.get_decoder()
-    body = model.base_model if decoder is model else decoder
+    body = model.base_model if decoder is model or not isinstance(decoder, PreTrainedModel) else decoder
     if body is model:  # a prefix that names no attribute (Llama 4's `language_model`): the decoder is its `model`
         body = getattr(model, "model", model)
     return body

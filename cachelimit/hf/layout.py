@@ -23,7 +23,7 @@ from ..core.rotary import RotaryShift
 from ..core.window import WindowPolicy
 from . import compat
 from .cache_layers import hybrid_layer_class, own_layer
-from .compat import decoder_body, has_separate_local_rotary, require, uses_rope
+from .compat import decoder_body, has_rotary_per_attention_layer, has_separate_local_rotary, require, uses_rope
 from .installed import family_of
 from .layer_types import CHUNKED, RECURRENT, attention_windows, layer_kinds
 from .request import BoundedRequest
@@ -43,7 +43,8 @@ def layer_rotary_kinds(model: torch.nn.Module, rope_layers: RopeLayers | None = 
     layers = config.num_hidden_layers
     if rotary is None:
         return [None] * layers
-    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
+    # a rotary that takes a layer type, on a config that names them (5.12's PhiMoE takes one and has no layer_types)
+    per_type = "layer_type" in inspect.signature(rotary.forward).parameters and getattr(config, "layer_types", None)
     kinds: list[str | None] = list(config.layer_types) if per_type else [""] * layers
     rotating = getattr(config, "no_rope_layers", None)
     if rope_layers is not None:
@@ -84,8 +85,14 @@ def _one_tensor(apply, query, key, cos, sin):
 
 
 def model_request(model: torch.nn.Module, request: BoundedRequest) -> BoundedRequest:
-    """`request` fitted to the model's attention types (validated against their windows and chunks)."""
-    return request.for_windows(attention_windows(model.config))
+    """`request` fitted to the model's attention types (validated against their windows and chunks), and checked by
+    the model's family against what it cannot serve (its `check_request`: a configuration, or sinks where keys cannot
+    move)."""
+    fitted = request.for_windows(attention_windows(model.config))
+    check = getattr(family_of(model), "check_request", None)
+    if check is not None:
+        check(model, fitted)
+    return fitted
 
 
 def fit(
@@ -105,7 +112,13 @@ def fit(
     if request.sinks and rotary is not None and uses_rope(model.config):
         if has_separate_local_rotary(model):
             require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
+        if has_rotary_per_attention_layer(model):
+            require(f"`num_sink_tokens` on {type(model).__name__} (a rotary module in each attention layer)", "5.0.0")
         bounded = [rk for rk, kind in zip(rotary_kinds, kinds, strict=True) if kind.attention is not None]
+        if all(rk is None for rk in bounded) and getattr(model.config, "no_rope_layers", None) is None:
+            rotary(
+                model, ""
+            )  # no rotary module found: raise (a rotary model is not NoPE), never keep sinks as written
         rotaries = {rk: rotary(model, rk) for rk in dict.fromkeys(bounded) if rk is not None}
     groups = {name: LayerGroup(name, policy_for(request, name, size)) for name, size in request.windows}
     layers = []

@@ -1,0 +1,23 @@
+"""DBRX: the family oracles, on a tiny mixture of experts with its fused qkv projection and its clipping of the
+projected queries, keys and values (`clip_qkv`, on as in the checkpoints)."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class DbrxFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "dbrx"
+    tiny_config = {
+        "d_model": 32,
+        "n_heads": 4,
+        "max_seq_len": 1024,
+        "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},  # 5.x attention reads it
+        # hidden_size = ffn_hidden_size = d_model: 5.12's FFN config does not mirror d_model, and its router reads
+        # its input width from ffn_hidden_size
+        "ffn_config": {"hidden_size": 32, "ffn_hidden_size": 32, "moe_num_experts": 4, "moe_top_k": 2},
+        "pad_token_id": 0,
+    }
+    notes = "mixture of experts; fused qkv projection, clipped"

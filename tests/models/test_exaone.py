@@ -1,0 +1,11 @@
+"""EXAONE 3: the family oracles on its own config, which transformers builds into `LlamaForCausalLM`."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class ExaoneFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "exaone"

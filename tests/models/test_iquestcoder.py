@@ -1,0 +1,11 @@
+"""IQuest-Coder: the family oracles on its own config, which transformers builds into `LlamaForCausalLM`."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class IquestcoderFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "iquestcoder"

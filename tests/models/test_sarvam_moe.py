@@ -1,0 +1,19 @@
+"""Sarvam MoE: the family oracles on its own config, which transformers builds into `Glm4MoeForCausalLM`."""
+
+from __future__ import annotations
+
+import unittest
+
+from tests.family_mixin import FamilyOracleMixin
+
+
+class SarvamMoeFamilyTest(FamilyOracleMixin, unittest.TestCase):
+    family = "sarvam_moe"
+    tiny_config = {
+        "n_routed_experts": 4,
+        "moe_intermediate_size": 16,
+        "num_experts_per_tok": 2,
+        "n_group": 1,
+        "topk_group": 1,
+    }
+    notes = "mixture of experts"
