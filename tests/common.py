@@ -177,6 +177,14 @@ def kv_heads(config) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
+def skip_where_the_family_refuses_sinks(test, family: str) -> None:
+    """Skip a sink test of a family whose declaration says it refuses sinks (`sink_refusal`): the refusal itself is
+    tested by the family's own declaration (`SinkTesterMixin.assert_sinks_refused`)."""
+    refusal = declared(family).sink_refusal
+    if refusal:
+        test.skipTest(f"{family} refuses num_sink_tokens ({refusal}...), tested by its declaration")
+
+
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     if compat.has_separate_local_rotary(model):
@@ -219,7 +227,7 @@ def kv_layout(model) -> list[LayerWidths]:
                   **{compat.CACHE_ARGUMENT: cache})  # fmt: skip
         layers = [layer for layer in cache.layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
         stored.append([(layer.keys, layer.values) for layer in layers if layer.keys.numel()])
-    rope = cachelimit.FAMILIES[model.config.model_type].uses_rope
+    rope = SERVED_TYPES[model.config.model_type].uses_rope
     layout = []
     for (keys, values), (moved_keys, moved_values) in zip(*stored, strict=True):
         key, value = keys.shape[1] * keys.shape[-1], values.shape[1] * values.shape[-1]

@@ -80,11 +80,14 @@ class HybridOracleMixin(OracleHelpers, SinkHelpers):
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 6, 2, window_prefill=chunk is not None)
         if not self.uses_rope:
             return
-        # the comparison can fail: one kept count for both types, or keys left at their absolute positions
+        # the comparison can fail: one kept count for both types, or keys left at their absolute positions, differ
+        # from the run by 10x more than the right reference does (a family with a large RoPE base moves little)
         prompt = ids[:1, mask[0].bool()]
+        right = StreamingReference(model, 6, 2).greedy(prompt, 14, chunk is not None)[1]
+        noise = max((logits[0] - right).abs().max().item(), 1e-6)
         for wrong in (dict(every_type_keeps=6), dict(cache_relative=False)):
             expected = StreamingReference(model, 6, 2, **wrong).greedy(prompt, 14, chunk is not None)[1]
-            self.assertGreater((logits[0] - expected).abs().max().item(), 10 * self.sink_atol, wrong)
+            self.assertGreater((logits[0] - expected).abs().max().item(), 10 * noise, wrong)
 
     def test_hybrid_sinks_filling_the_sliding_window_refused(self):
         """Sinks must leave a recent position in every type's window: S = 3 fills what W = 4 keeps."""

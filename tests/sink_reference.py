@@ -173,10 +173,10 @@ class StreamingReference:
     def _checked_moves(self) -> list:
         """Per layer, the `RotaryShift` that moves its stored keys (None: its keys carry no positions), after checking
         it on the model itself (module docstring)."""
-        from cachelimit.families.table import FAMILIES
+        from cachelimit.families.table import SERVED_TYPES
         from cachelimit.hf.layout import layer_rotary_kinds, rotary_finder
 
-        family = FAMILIES[self.model.config.model_type]
+        family = SERVED_TYPES[self.model.config.model_type]
         finder = rotary_finder(family)
         kinds = layer_rotary_kinds(self.model, family.rope_layers)
         moves = [None if finder is None or kind is None else finder(self.model, kind) for kind in kinds]
@@ -189,7 +189,7 @@ class StreamingReference:
                 shift = torch.full((1, tokens.shape[1]), self.SHIFT_CHECK)
                 expected[move.rotates] = move.apply(expected[move.rotates], *move.cos_sin(shift))
             for name, tensor in zip(("keys", "values"), shifted[layer], strict=True):
-                if not torch.allclose(expected[name], tensor, atol=1e-4, rtol=0):
+                if not torch.allclose(expected[name], tensor, atol=1e-4, rtol=1e-4):  # a real model's keys are large
                     raise AssertionError(
                         f"the reference's rotation of layer {layer} ({type(move).__name__}) does not reproduce the "
                         f"{name} the model stores {self.SHIFT_CHECK} positions later"

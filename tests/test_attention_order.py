@@ -17,7 +17,13 @@ from parameterized import parameterized
 import cachelimit
 from cachelimit.families.table import FAMILIES
 from cachelimit.hf import compat
-from tests.common import build_tiny_model, left_padded_batch, not_served_here, skip_where_sinks_are_refused
+from tests.common import (
+    build_tiny_model,
+    left_padded_batch,
+    not_served_here,
+    skip_where_sinks_are_refused,
+    skip_where_the_family_refuses_sinks,
+)
 from tests.layer_masks import attention_types, model_masks
 from tests.reference import extended_mask, real_positions
 from tests.sink_reference import StreamingReference, sink_visibility
@@ -37,6 +43,7 @@ class AttentionOrderTesterMixin:
 
     def generate(self, model, ids, mask, limit, new, **kwargs):
         if kwargs.get("num_sink_tokens"):
+            skip_where_the_family_refuses_sinks(self, self.family)
             skip_where_sinks_are_refused(self, model)
         options = dict(max_new_tokens=new, do_sample=False, return_dict_in_generate=True, output_attentions=True)
         return model.generate(ids, attention_mask=mask, cache_limit=limit, **{**options, **kwargs})

@@ -30,6 +30,7 @@ from tests.common import (
     left_padded_batch,
     not_served_here,
     skip_where_sinks_are_refused,
+    skip_where_the_family_refuses_sinks,
 )
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.layer_masks import attention_types, kept_limit, recurrent_keys
@@ -65,6 +66,7 @@ class GrowthTesterMixin:
 
     def generate(self, model, ids, mask, limit, new, **kwargs):
         if kwargs.get("num_sink_tokens"):
+            skip_where_the_family_refuses_sinks(self, self.family)
             skip_where_sinks_are_refused(self, model)
         options = dict(max_new_tokens=new, do_sample=False, return_dict_in_generate=True, output_logits=True)
         return model.generate(ids, attention_mask=mask, cache_limit=limit, **{**options, **kwargs})
