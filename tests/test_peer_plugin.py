@@ -227,6 +227,7 @@ class ChecksTest(unittest.TestCase):
         )
         self.assertEqual(runner.family_of("::tests.models.olmo3.test_modeling_olmo3"), "olmo3")  # collection error
         self.assertEqual(runner.family_of("conftest::test_a"), "?")
+        self.assertEqual(plan.suite_file("gemma4_text"), "tests/models/gemma4/test_modeling_gemma4.py")
 
     def test_calls_are_summed_over_the_workers(self):
         with tempfile.TemporaryDirectory() as tmp:

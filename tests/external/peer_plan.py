@@ -34,9 +34,16 @@ def served_families() -> list[str]:
     return cachelimit.supported_families()
 
 
+def suite_name(family: str) -> str:
+    """The suite's folder for `family`: its model type, or for the text decoder of a multimodal model
+    (`gemma4_text`, `qwen3_5_text`, `llama4_text`, ...) the multimodal model's, whose file tests both."""
+    return family.removesuffix("_text")
+
+
 def suite_file(family: str) -> str:
     """The suite's file for `family`, relative to the suite's root."""
-    return f"tests/models/{family}/test_modeling_{family}.py"
+    name = suite_name(family)
+    return f"tests/models/{name}/test_modeling_{name}.py"
 
 
 @dataclass

@@ -122,8 +122,10 @@ def run_files(
     with open(out / f"{name}-{mode}.log", "w") as log:
         subprocess.run([*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT)
     found: dict[str, dict[str, str]] = {family: {} for family in families}
+    by_folder = {peer_plan.suite_name(family): family for family in families}
     for test, outcome in (outcomes(junit) if junit.exists() else {}).items():
-        found.setdefault(family_of(test), {})[test] = outcome
+        folder = family_of(test)
+        found.setdefault(by_folder.get(folder, folder), {})[test] = outcome
     return found, read_calls(calls), time.monotonic() - started, children_cpu() - cpu
 
 
