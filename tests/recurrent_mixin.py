@@ -50,7 +50,7 @@ class RecurrentOracleMixin(OracleHelpers, SinkHelpers):
         for index in recurrent:
             theirs, mine = native.layers[index], bounded.layers[index]
             if not isinstance(mine, BoundedLayer):  # a hybrid layer is a bounded layer that also holds the state
-                self.assertIsInstance(mine, type(theirs))
+                self.assertIs(type(mine), type(theirs))  # transformers' own class, exactly
             for own, other in zip(state_tensors(mine), state_tensors(theirs), strict=True):
                 self.assertTrue(torch.equal(own, other), f"layer {index}")
 

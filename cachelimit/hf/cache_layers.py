@@ -11,6 +11,7 @@ bounded attention layer that also carries transformers' recurrent state, as tran
 
 from __future__ import annotations
 
+import types
 from functools import cache
 
 import torch
@@ -23,20 +24,17 @@ from .layer_types import NOTHING, LayerKind
 
 def own_layer(kind: LayerKind):
     """transformers' own cache layer for a decoder layer the bound leaves alone (None: the cache leaves it out, as
-    releases without `DummyLayer` do for trailing KV-sharing layers)."""
+    releases without `DummyLayer` do for trailing KV-sharing layers). Of transformers' own class exactly (code that
+    dispatches on `type(layer) is LinearAttentionLayer`, as transformers' own tests do, sees its own layer), able to
+    follow a selection or repetition of the batch rows: transformers' recurrent layers only reorder them for beam
+    search, and a returned cache can be expanded or sliced by the user."""
     if kind.state == NOTHING and DUMMY_LAYER is None:
         return None
-    return with_row_selection(cache_utils.DYNAMIC_LAYER_TYPE_MAPPING[kind.state])(**kind.state_kwargs)
-
-
-@cache
-def with_row_selection(layer_class: type) -> type:
-    """`layer_class`, able to follow a selection or repetition of the batch rows (transformers' recurrent layers only
-    reorder them for beam search; a returned cache can be expanded or sliced by the user)."""
-    if hasattr(layer_class, "batch_select_indices"):
-        return layer_class
-    methods = {"batch_select_indices": select_states, "batch_repeat_interleave": repeat_states}
-    return type(layer_class.__name__, (layer_class,), methods)
+    layer = cache_utils.DYNAMIC_LAYER_TYPE_MAPPING[kind.state](**kind.state_kwargs)
+    if not hasattr(layer, "batch_select_indices"):
+        layer.batch_select_indices = types.MethodType(select_states, layer)
+        layer.batch_repeat_interleave = types.MethodType(repeat_states, layer)
+    return layer
 
 
 @cache
