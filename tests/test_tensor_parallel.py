@@ -78,7 +78,16 @@ class TensorParallelTest(unittest.TestCase):
             model.save_pretrained(folder)
             expected, heads = bounded_run(model)
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-            command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__, folder]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                __file__,
+                folder,
+            ]
             done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
             ranks = [json.loads((Path(folder) / f"rank{rank}.json").read_text()) for rank in (0, 1)]
