@@ -62,8 +62,9 @@ def worker(folder: str) -> None:
     cachelimit.patch("llama")
     model = LlamaForCausalLM.from_pretrained(folder, tp_plan="auto").eval()
     sequences, heads = bounded_run(model)
-    weight = model.model.layers[0].self_attn.k_proj.weight
-    seen = {"sequences": sequences.tolist(), "cache_heads": heads, "sharded": type(weight).__name__ == "DTensor"}
+    weight = model.model.layers[0].self_attn.k_proj.weight  # a DTensor on some releases, a local shard on others
+    rows = (weight.to_local() if hasattr(weight, "to_local") else weight).shape[0]
+    seen = {"sequences": sequences.tolist(), "cache_heads": heads, "k_proj_rows": rows}
     (Path(folder) / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
 
 
@@ -93,7 +94,9 @@ class TensorParallelTest(unittest.TestCase):
             ranks = [json.loads((Path(folder) / f"rank{rank}.json").read_text()) for rank in (0, 1)]
         self.assertEqual(heads, [2, 2])
         for seen in ranks:
-            self.assertTrue(seen["sharded"], "transformers did not shard the model")
+            self.assertEqual(
+                seen["k_proj_rows"], model.config.head_dim, "not sharded: each rank holds 1 of 2 KV heads"
+            )
             self.assertEqual(seen["cache_heads"], [1, 1])  # each rank caches its own half of the KV heads
             self.assertEqual(seen["sequences"], expected.tolist())
 
