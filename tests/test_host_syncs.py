@@ -2,8 +2,8 @@
 
 On a GPU every host-device sync (an op whose result the host reads: `bool(t)`, `t.item()`, `int(t)`, `nonzero`)
 stalls the CPU until every queued kernel has run, so the loop can no longer queue the next step's kernels while the
-device computes. transformers' own loop makes one per step outside the forward (its stopping check,
-`unfinished_sequences.max() == 0`), and its own mask may add one inside (5.x: `fast_all` of a left-padded mask; 4.x:
+device computes. transformers' own loop makes one per step outside the forward on 5.x (its stopping check,
+`unfinished_sequences.max() == 0`; two on 4.57.6), and its own mask may add one inside (5.x: `fast_all` of a left-padded mask; 4.x:
 SDPA's check of the padding, even without pads); a bounded step must add none to the loop's own (it builds its mask
 without one, so it may sync less than the unbounded step). Counted exactly, with a dispatch mode that sees every aten op, over 100 steady steps (each between two
 forwards: the plan, the mask, the forward, the sampling), in the same test as the unbounded run of the same model

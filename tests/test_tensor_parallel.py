@@ -62,8 +62,9 @@ def worker(folder: str) -> None:
     cachelimit.patch("llama")
     model = LlamaForCausalLM.from_pretrained(folder, tp_plan="auto").eval()
     sequences, heads = bounded_run(model)
-    weight = model.model.layers[0].self_attn.k_proj.weight
-    seen = {"sequences": sequences.tolist(), "cache_heads": heads, "sharded": type(weight).__name__ == "DTensor"}
+    weight = model.model.layers[0].self_attn.k_proj.weight  # a DTensor on some releases, a local shard on others
+    rows = (weight.to_local() if hasattr(weight, "to_local") else weight).shape[0]
+    seen = {"sequences": sequences.tolist(), "cache_heads": heads, "k_proj_rows": rows}
     (Path(folder) / f"rank{os.environ['RANK']}.json").write_text(json.dumps(seen))
 
 
@@ -78,13 +79,24 @@ class TensorParallelTest(unittest.TestCase):
             model.save_pretrained(folder)
             expected, heads = bounded_run(model)
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-            command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__, folder]
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                __file__,
+                folder,
+            ]
             done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
             ranks = [json.loads((Path(folder) / f"rank{rank}.json").read_text()) for rank in (0, 1)]
         self.assertEqual(heads, [2, 2])
         for seen in ranks:
-            self.assertTrue(seen["sharded"], "transformers did not shard the model")
+            self.assertEqual(
+                seen["k_proj_rows"], model.config.head_dim, "not sharded: each rank holds 1 of 2 KV heads"
+            )
             self.assertEqual(seen["cache_heads"], [1, 1])  # each rank caches its own half of the KV heads
             self.assertEqual(seen["sequences"], expected.tolist())
 
