@@ -155,7 +155,9 @@ def test_chat_turns_are_the_chat_template_of_the_whole_conversation(smollm2):
     from cachelimit.cli.conversation import TemplateTurns
 
     tokenizer = smollm2[1]
-    end_of_turn = tokenizer.eos_token_id
+    # the token an answer ends with: SmolLM2's generation config names <|im_end|> as EOS (which `chat` stops at);
+    # the tokenizer's own `eos_token` is not it on 4.57.6 (its GGUF reader takes <|im_start|>)
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
     turns = TemplateTurns(tokenizer, {end_of_turn})
     messages = ["What is the capital of France?", "And of Italy?", "Thanks! One more: of Spain?"]
     answers = ["The capital of France is Paris.", "The capital of Italy is Rome."]
