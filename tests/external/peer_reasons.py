@@ -60,7 +60,13 @@ VACUOUS: dict[str, str] = {
 }
 
 #: family -> why its file is not run
-FILES: dict[str, str] = {}
+FILES: dict[str, str] = {
+    "olmo3": (
+        "the snapshot's file imports `_init_distributed` from tests/test_modeling_common.py, which 5.23.0's mixins do "
+        "not have: it does not collect (the suite's README)"
+    ),
+    "gemma3n_text": "the snapshot's gemma3n file needs the `datasets` package to collect (the suite's README)",
+}
 
 
 def match(name: str, reasons: dict[str, str]) -> str | None:
