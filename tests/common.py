@@ -187,14 +187,9 @@ def skip_where_the_family_refuses_sinks(test, family: str) -> None:
 
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
-    if compat.has_separate_local_rotary(model):
-        test.skipTest(
-            f"transformers 4.x {type(model).__name__} has a second rotary module for its sliding layers: sinks need 5.0.0"
-        )
-    if compat.has_rotary_per_attention_layer(model):
-        test.skipTest(
-            f"transformers 4.x {type(model).__name__} has a rotary module in each attention layer: sinks need 5.0.0"
-        )
+    apart = compat.rotaries_apart(model)
+    if apart is not None:
+        test.skipTest(f"transformers 4.x {type(model).__name__} keeps {apart}: sinks need 5.0.0")
 
 
 @dataclass(frozen=True)

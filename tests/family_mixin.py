@@ -76,7 +76,7 @@ class FamilyOracleMixin(OracleHelpers, SinkHelpers):
         ids, mask = left_padded_batch([9, 4], seed=10)
         # 4.x Gemma 3, ModernBERT decoder, JetMoE: sinks refused (test_bad_input checks it); so are they where the
         # family refuses them
-        refused = compat.has_separate_local_rotary(model) or compat.has_rotary_per_attention_layer(model)
+        refused = compat.rotaries_apart(model) is not None
         refused = refused or bool(self.sink_refusal)
         for sinks in (0,) if refused else (0, 2):
             cache = self.generate(model, ids, mask, 5, num_sink_tokens=sinks or None).past_key_values

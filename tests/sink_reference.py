@@ -189,7 +189,8 @@ class StreamingReference:
                 shift = torch.full((1, tokens.shape[1]), self.SHIFT_CHECK)
                 expected[move.rotates] = move.apply(expected[move.rotates], *move.cos_sin(shift))
             for name, tensor in zip(("keys", "values"), shifted[layer], strict=True):
-                if not torch.allclose(expected[name], tensor, atol=1e-4, rtol=1e-4):  # a real model's keys are large
+                # float noise grows with depth and size (SmolLM2's last layer: 3e-5 of its largest key)
+                if (expected[name] - tensor).abs().max() > 1e-4 * (1 + tensor.abs().max()):
                     raise AssertionError(
                         f"the reference's rotation of layer {layer} ({type(move).__name__}) does not reproduce the "
                         f"{name} the model stores {self.SHIFT_CHECK} positions later"

@@ -136,7 +136,7 @@ class BadInputTest(unittest.TestCase):
         for family in ("gemma3_text", "olmo3", "modernbert-decoder", "jetmoe"):
             with self.subTest(family=family):
                 model = build_tiny_model(family)
-                if not (compat.has_separate_local_rotary(model) or compat.has_rotary_per_attention_layer(model)):
+                if compat.rotaries_apart(model) is None:
                     self.skipTest("transformers >= 5.0.0: one rotary module each, their sinks are tested per family")
                 self.forwards = self.count_forwards(model)
                 self.assert_rejected(ValueError, ["num_sink_tokens", "transformers >= 5.0.0"], model, cache_limit=3,

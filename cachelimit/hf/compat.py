@@ -1,12 +1,9 @@
 """Every difference between the transformers releases cachelimit supports, in one place.
 
-cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x; `SUPPORTED_RANGE` is the part of that the
-CI matrix runs green (setup.py declares the same). Each difference that matters is one constant or function here,
-commented with the release it belongs to, so the rest of the code never compares versions and a new release is
-handled by adding one entry here (and a leg to the matrix: `python tools/leg.py <version>`).
-
-Where a difference can be bridged it is (a name, a missing method); where it cannot (a feature an old
-release lacks), the feature is refused with an error that names the release it needs (`require`).
+cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x (`SUPPORTED_RANGE`, as setup.py). Each difference
+that matters is one constant or function here, commented with its release, so the rest of the code never compares
+versions and a new release is one entry here (and a leg: `python tools/leg.py <version>`). A difference that can be
+bridged is (a name, a missing method); a feature an old release lacks is refused naming the release (`require`).
 """
 
 from __future__ import annotations
@@ -126,38 +123,28 @@ GENERATE_ADVANCES_POSITION_IDS = "5.2.0"
 MASK_POSITION_OF_PADS = None if at_least(GENERATE_ADVANCES_POSITION_IDS) else 1
 
 
-# --- 5.0.0: Gemma 3 and OLMo 3 keep their layer types' RoPE in one rotary module (it takes a `layer_type`); 4.x has
-# separate modules (Gemma 3's `rotary_emb_local`, OLMo 3's `rotary_embs` dict, the ModernBERT decoder's
-# `global_rotary_emb` and `local_rotary_emb`) that nothing maps to layers generically.
-def has_separate_local_rotary(model: torch.nn.Module) -> bool:
-    """Whether the model keeps separate rotary modules per layer type (4.x Gemma 3, OLMo 3 and ModernBERT decoder):
-    attention sinks, which move keys with the layer's own rotary, are refused there (`require(..., "5.0.0")`)."""
+# --- 5.0.0: one rotary module at the decoder body. 4.x keeps others where nothing maps them to layers generically: one
+# per layer type (Gemma 3's `rotary_emb_local`, OLMo 3's `rotary_embs`, ModernBERT decoder's `local_rotary_emb`), or
+# one inside every attention layer (JetMoE, DBRX).
+def rotaries_apart(model: torch.nn.Module) -> str | None:
+    """Where a 4.x model keeps its rotaries apart (attention sinks, which move keys with the layer's own rotary, are
+    refused there: `require(..., "5.0.0")`), or None."""
     body = decoder_body(model)
-    return any(
-        getattr(body, name, None) is not None for name in ("rotary_emb_local", "local_rotary_emb", "rotary_embs")
-    )
-
-
-# --- 5.0.0: 4.x JetMoE builds a rotary module inside every attention layer; 5.x keeps one at the decoder body.
-def has_rotary_per_attention_layer(model: torch.nn.Module) -> bool:
-    """Whether a rotary model keeps its rotary inside each attention layer, not at the decoder body (4.x JetMoE):
-    attention sinks are refused there (`require(..., "5.0.0")`), windows need no rotary and run."""
-    return (
-        not at_least("5.0.0")
-        and getattr(decoder_body(model), "rotary_emb", None) is None
-        and any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
-    )
+    if any(getattr(body, name, None) is not None for name in ("rotary_emb_local", "local_rotary_emb", "rotary_embs")):
+        return "one rotary module per layer type"
+    inside = any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
+    if not at_least("5.0.0") and getattr(body, "rotary_emb", None) is None and inside:
+        return "a rotary module in each attention layer"
+    return None
 
 
 # --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a
 # `decoder` or `model` attribute and returned the LM itself when it had neither (GPT-2: `transformer`), while
 # 4.x Gemma3ForCausalLM's `base_model` is the LM itself (its prefix names an attribute it lacks).
 def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
-    """The module that holds the decoder layers and the rotary embedding, and that every forward of a
-    generation passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks
-    through the LM's `forward`, past the LM's own hooks). Any release: `get_decoder()` returns the first attribute
-    named `decoder` it finds, which in ModernBERT's decoder LM is its output projection (an `nn.Linear`), so only a
-    model (a `PreTrainedModel`) counts as the decoder body."""
+    """The module that holds the decoder layers and the rotary embedding, and that every forward of a generation
+    passes through (OPT's LM calls its decoder past its base model; 4.x runs prefill chunks through the LM's
+    `forward`). Only a `PreTrainedModel` counts: ModernBERT decoder's `decoder` attribute is its output projection."""
     decoder = model.get_decoder()
     body = model.base_model if decoder is model or not isinstance(decoder, PreTrainedModel) else decoder
     if body is model:  # a prefix that names no attribute (Llama 4's `language_model`): the decoder is its `model`
@@ -165,9 +152,8 @@ def decoder_body(model: torch.nn.Module) -> torch.nn.Module:
     return body
 
 
-# --- 5.0.0: a chunked prefill (`prefill_chunk_size`) runs every chunk through the model's `__call__` (4.x called
-# `forward`, past any module hooks) and the whole prompt; 4.x held the last prompt token back for the first
-# decoding step. Both give the same tokens; tests that count forwards need to know.
+# --- 5.0.0: a chunked prefill runs every chunk through the model's `__call__` (4.x called `forward`) and the whole
+# prompt (4.x held the last token back for the first decoding step): the same tokens; tests counting forwards care.
 CHUNKED_PREFILL_HOLDS_BACK_LAST_TOKEN = not at_least("5.0.0")
 
 

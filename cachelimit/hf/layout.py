@@ -23,7 +23,7 @@ from ..core.rotary import RotaryShift
 from ..core.window import WindowPolicy
 from . import compat
 from .cache_layers import hybrid_layer_class, own_layer
-from .compat import decoder_body, has_rotary_per_attention_layer, has_separate_local_rotary, require, uses_rope
+from .compat import decoder_body, require, rotaries_apart, uses_rope
 from .installed import family_of
 from .layer_types import CHUNKED, RECURRENT, attention_windows, layer_kinds
 from .request import BoundedRequest
@@ -110,10 +110,9 @@ def fit(
     rotary_kinds = layer_rotary_kinds(model, rope_layers)
     rotaries: dict[str, RotaryShift] = {}
     if request.sinks and rotary is not None and uses_rope(model.config):
-        if has_separate_local_rotary(model):
-            require(f"`num_sink_tokens` on {type(model).__name__} (one rotary module per layer type)", "5.0.0")
-        if has_rotary_per_attention_layer(model):
-            require(f"`num_sink_tokens` on {type(model).__name__} (a rotary module in each attention layer)", "5.0.0")
+        apart = rotaries_apart(model)
+        if apart is not None:
+            require(f"`num_sink_tokens` on {type(model).__name__} ({apart})", "5.0.0")
         bounded = [rk for rk, kind in zip(rotary_kinds, kinds, strict=True) if kind.attention is not None]
         if all(rk is None for rk in bounded) and getattr(model.config, "no_rope_layers", None) is None:
             rotary(
