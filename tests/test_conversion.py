@@ -8,6 +8,7 @@ exits without cleaning up, this test process itself. A recycled PID and records 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -75,6 +76,18 @@ def target(converts_tiny, tmp_path) -> Path:
     assert path.name.startswith(f"smollm2-{FAKE_VERSION}-")
     path.parent.mkdir(parents=True)
     return path
+
+
+def test_each_major_transformers_release_converts_its_own_copy(converts_tiny, tmp_path, monkeypatch):
+    """A 5.x copy's tokenizer file is one 4.x cannot read: the two never share a converted copy."""
+    here = pretrained.converted_dir("smollm2", tmp_path)
+    version = importlib.metadata.version
+    other = "4.57.6" if version("transformers").startswith("5.") else "5.24.0"
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: other if name == "transformers" else version(name))
+    there = pretrained.converted_dir("smollm2", tmp_path)
+    assert here != there and here.name.replace(f"-tf{version('transformers')[0]}-", "-tf?-") == there.name.replace(
+        f"-tf{other[0]}-", "-tf?-"
+    )
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077, 0o002], ids=lambda umask: f"umask_{umask:03o}")

@@ -174,10 +174,12 @@ def check_readers(name: str) -> None:
 
 
 def converted_dir(name: str = "smollm2", cache_dir: str | os.PathLike | None = None) -> Path:
-    """The folder of the converted copy, keyed by the package version and GGUF size (a new release re-converts)."""
+    """The folder of the converted copy, keyed by the package version and GGUF size (a new release re-converts) and
+    by transformers' major release (the tokenizer file a 5.x conversion writes is one 4.x cannot read)."""
     path = gguf_path(name)
     version = importlib.metadata.version(PRETRAINED[name].distribution)
-    return cache_dir_origin(cache_dir)[0] / f"{name}-{version}-{path.stat().st_size}-v{_FORMAT}"
+    series = importlib.metadata.version("transformers").split(".")[0]
+    return cache_dir_origin(cache_dir)[0] / f"{name}-{version}-{path.stat().st_size}-tf{series}-v{_FORMAT}"
 
 
 def _convert(name: str, target: Path) -> None:

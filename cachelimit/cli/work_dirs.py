@@ -111,8 +111,8 @@ def sweep_stale(parent: Path, name: str) -> list[Path]:
     """Remove the temporary directories of conversions of `name` in `parent` whose writer is dead, or that are
     undecidable and idle for `STALE_AFTER_S`; return the removed ones. Never raises: a directory that cannot be
     read or removed (a read-only shared cache) is left as it is."""
-    # mkdtemp's names: "." + the target's name (NAME-VERSION-SIZE-vFORMAT) + "-" + 8 random characters
-    pattern = re.compile(rf"\.{re.escape(name)}-.+-\d+-v\d+-[a-z0-9_]{{8}}")
+    # mkdtemp's names: "." + the target's name (NAME-VERSION-SIZE-tfMAJOR-vFORMAT) + "-" + 8 random characters
+    pattern = re.compile(rf"\.{re.escape(name)}-.+-\d+-tf\d+-v\d+-[a-z0-9_]{{8}}")
     removed = []
     try:
         entries = list(parent.iterdir())
