@@ -170,7 +170,9 @@ class TestChatAtATerminal(unittest.TestCase):
             session.wait_for(lambda _, turn=turn: streamed(session, turn) >= 100, timeout=60)
             session.type("\x03")  # Ctrl-C
             session.wait_for(at_prompt_after(turn), timeout=60)
-        session.type("half a line\x03")  # Ctrl-C at the prompt: the line is dropped, the chat waits again
+        session.type("half a line")
+        session.wait_for(lambda screen: screen.endswith("> half a line"), timeout=60)  # the prompt reads it
+        session.type("\x03")  # Ctrl-C at the prompt: the line is dropped, the chat waits again
         session.wait_for(lambda screen: screen.endswith("Ctrl-D ends the chat\n> "))
         session.type("\x04")
         self.assertEqual(session.close(), 0)
