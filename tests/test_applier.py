@@ -143,6 +143,26 @@ class ApplierTest(unittest.TestCase):
                     self.assertIsNone(parameters[name].default)
 
 
+class SignatureTest(unittest.TestCase):
+    def test_patched_prepare_forwards_inputs_embeds_where_the_original_does(self):
+        """transformers generates from `inputs_embeds` only where `prepare_inputs_for_generation` names it
+        (Nemotron-H's does not: it refuses); patched or not, every served class says the same (a peer-suite test
+        ran instead of skipping when the patch named it everywhere)."""
+        cachelimit.unpatch()
+        self.addCleanup(cachelimit.patch)  # the other tests build patched models
+        classes = [cls for family in cachelimit.FAMILIES.values() if family.available for cls in family.model_classes]
+        before = {
+            cls: "inputs_embeds" in inspect.signature(cls.prepare_inputs_for_generation).parameters for cls in classes
+        }
+        self.assertIn(False, before.values())
+        cachelimit.patch()
+        for cls in classes:
+            with self.subTest(cls=cls.__name__):
+                parameters = inspect.signature(cls.prepare_inputs_for_generation).parameters
+                self.assertEqual("inputs_embeds" in parameters, before[cls])
+                self.assertIn("cache_limit", parameters)
+
+
 class FreshProcessTest(unittest.TestCase):
     def test_first_patch_installs_every_method(self):
         """In a fresh process the public `patch()` is the first use of the package: the methods other modules

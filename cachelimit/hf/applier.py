@@ -21,7 +21,7 @@ from .cache_setting import set_cache_implementation
 from .generate import generate
 from .installed import FAMILY_ATTRIBUTE, MISSING, ORIGINALS
 from .layout import cache_for_model
-from .prepare import prepare_inputs_for_generation
+from .prepare import forwards_embeds, prepare_inputs_for_generation, prepare_inputs_without_embeds
 
 #: what `patch` installs on every model class of a family
 METHODS: dict[str, Callable] = {
@@ -60,7 +60,10 @@ def patch(families: Mapping[str, Any], *names: str) -> None:
             continue
         family = families[name]
         for cls in family.model_classes:
-            for attribute, value in {**METHODS, FAMILY_ATTRIBUTE: family}.items():
+            methods = {**METHODS, FAMILY_ATTRIBUTE: family}
+            if not forwards_embeds(cls.prepare_inputs_for_generation):  # as transformers reads the original
+                methods["prepare_inputs_for_generation"] = prepare_inputs_without_embeds
+            for attribute, value in methods.items():
                 ORIGINALS[(cls, attribute)] = cls.__dict__.get(attribute, MISSING)
                 setattr(cls, attribute, value)
         _PATCHED.add(name)

@@ -25,7 +25,7 @@ from .continuation import given_cache
 from .generation_config import requested_window, resolved_config
 from .installed import family_of, original_attribute
 from .layout import bounded_cache_for, check_family, model_request, rotary_finder
-from .prepare import prepare_calling
+from .prepare import forwards_embeds, prepare_calling
 from .request import BoundedRequest
 from .run_checks import Run, check_assistant, check_run
 
@@ -86,7 +86,8 @@ def methods_pinned_for_the_run(model) -> Iterator[None]:
         if pin is None:
             pin = _Pin(0, "prepare_inputs_for_generation" not in vars(model))
             if pin.ours:
-                vars(model)["prepare_inputs_for_generation"] = types.MethodType(prepare_calling(original), model)
+                calling = prepare_calling(original, embeds=forwards_embeds(original))
+                vars(model)["prepare_inputs_for_generation"] = types.MethodType(calling, model)
             vars(model)["_cachelimit_pin"] = pin
         pin.runs += 1
     try:

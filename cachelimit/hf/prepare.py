@@ -10,6 +10,8 @@ reads nothing back from the device (`BoundedCache.is_generated`): its mask colum
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from ..core.cache import BoundedCache
@@ -81,11 +83,18 @@ def bounded_prepare_inputs(model, original, input_ids, cache_limit, num_sink_tok
     return inputs
 
 
-def prepare_calling(original=None):
+def forwards_embeds(method) -> bool:
+    """Whether a `prepare_inputs_for_generation` names `inputs_embeds`: transformers generates from embeddings only
+    where it does (Nemotron-H's does not), so the patched method must say what the one it replaces says."""
+    return "inputs_embeds" in inspect.signature(method).parameters
+
+
+def prepare_calling(original=None, embeds: bool = True):
     """A `prepare_inputs_for_generation` with `cache_limit` and `num_sink_tokens` as named parameters (`generate`
-    validates its kwargs against this signature, so no `functools.wraps`). It calls the method it replaced, looked up
-    at each call, or `original` when given: a running bounded `generate` pins the methods it started with
-    (`hf.generate`), so that an `unpatch()` in the middle cannot change them under it."""
+    validates its kwargs against this signature, so no `functools.wraps`), and `inputs_embeds` where the method it
+    replaces has it (`embeds`). It calls the method it replaced, looked up at each call, or `original` when given: a
+    running bounded `generate` pins the methods it started with (`hf.generate`), so that an `unpatch()` in the middle
+    cannot change them under it."""
 
     def prepare_inputs_for_generation(
         self,
@@ -112,8 +121,13 @@ def prepare_calling(original=None):
             **kwargs,
         )
 
+    if not embeds:
+        signature = inspect.signature(prepare_inputs_for_generation)
+        kept = [parameter for name, parameter in signature.parameters.items() if name != "inputs_embeds"]
+        prepare_inputs_for_generation.__signature__ = signature.replace(parameters=kept)
     return prepare_inputs_for_generation
 
 
-#: installed on every patched class
+#: installed on every patched class whose own method forwards `inputs_embeds`, and on the others
 prepare_inputs_for_generation = prepare_calling()
+prepare_inputs_without_embeds = prepare_calling(embeds=False)
