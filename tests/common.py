@@ -116,10 +116,13 @@ def _missing_config(model_type: str) -> tuple[str, ...]:
 
 
 def not_served_here(family: str) -> str | None:
-    """Why the installed transformers has `family` but cachelimit refuses its modeling code here (`Family.since`),
-    or None. Tests of such a family are skipped with this reason; the refusals themselves are tested
-    (`tests/test_families.py`)."""
+    """Why the installed transformers cannot run `family`: it lacks it (a later release added it), or it has it but
+    cachelimit refuses its modeling code here (`Family.since`); None if it can. Tests of such a family are skipped
+    with this reason; the refusals themselves are tested (`tests/test_families.py`)."""
     runtime = SERVED_TYPES[family]
+    missing = runtime.missing if family == runtime.name else (*runtime.missing, *_missing_config(family))
+    if missing:
+        return f"{family}: transformers {compat.TRANSFORMERS} lacks {', '.join(missing)}"
     if runtime.since is not None and not compat.at_least(getattr(compat, runtime.since[1])):
         return f"{family} needs transformers >= {getattr(compat, runtime.since[1])} ({runtime.since[0]})"
     return None
