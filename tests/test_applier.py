@@ -44,7 +44,7 @@ class ApplierTest(unittest.TestCase):
         self.assertTrue(cachelimit.is_patched("llama"))  # patched before the block: stays patched
         cachelimit.unpatch("llama")
         with self.assertRaisesRegex(RuntimeError, "inside"), cachelimit.patched():
-            self.assertTrue(all(map(cachelimit.is_patched, cachelimit.supported_families())))
+            self.assertTrue(all(map(cachelimit.is_patched, CLASSES)))  # every family this transformers has
             raise RuntimeError("inside")
         self.assertEqual(own_methods(), originals)  # unpatched even when the block raised
         with self.assertRaisesRegex(ValueError, "supported families: .*qwen3"):
@@ -84,7 +84,7 @@ class ApplierTest(unittest.TestCase):
 
     def test_patch_without_arguments_patches_every_family(self):
         cachelimit.patch()
-        self.assertTrue(all(cachelimit.is_patched(name) for name in cachelimit.supported_families()))
+        self.assertTrue(all(cachelimit.is_patched(name) for name in CLASSES))  # every family this transformers has
         cachelimit.unpatch()
         self.assertFalse(any(cachelimit.is_patched(name) for name in cachelimit.supported_families()))
 
@@ -158,7 +158,6 @@ class SignatureTest(unittest.TestCase):
         before = {
             cls: "inputs_embeds" in inspect.signature(cls.prepare_inputs_for_generation).parameters for cls in classes
         }
-        self.assertIn(False, before.values())
         cachelimit.patch()
         for cls in classes:
             with self.subTest(cls=cls.__name__):
