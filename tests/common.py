@@ -114,8 +114,8 @@ def not_served_here(family: str) -> str | None:
     missing = runtime.missing if family == runtime.name else (*runtime.missing, *_missing_config(family))
     if missing:
         return f"{family}: transformers {compat.TRANSFORMERS} lacks {', '.join(missing)}"
-    if runtime.since is not None and not compat.at_least(getattr(compat, runtime.since[1])):
-        return f"{family} needs transformers >= {getattr(compat, runtime.since[1])} ({runtime.since[0]})"
+    if runtime.release_needed is not None:
+        return f"{family} needs transformers >= {runtime.release_needed} ({runtime.since[0]})"
     return None
 
 

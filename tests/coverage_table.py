@@ -31,6 +31,8 @@ def classify(model_type: str) -> tuple[str, str]:
         family = SERVED_TYPES[model_type]
         if not family.available:  # served on later releases: patch(model_type) says what this one lacks
             return REFUSED, f"served from a later transformers: this one lacks {', '.join(family.missing)}"
+        if family.release_needed is not None:  # served from a later release: a bounded run here is refused
+            return REFUSED, f"served from transformers {family.release_needed} on ({family.since[0]})"
         built_as = "" if model_type == family.name else f" (built as `{family.name}`)"
         return SERVED, f"verified against: {', '.join(verified_against(model_type))}{built_as}"
     if model_type in REFUSALS:

@@ -178,7 +178,7 @@ class StreamingReference:
 
         family = SERVED_TYPES[self.model.config.model_type]
         finder = rotary_finder(family)
-        kinds = layer_rotary_kinds(self.model, family.rope_layers)
+        kinds = layer_rotary_kinds(self.model, family.rotary_layers)
         moves = [None if finder is None or kind is None else finder(self.model, kind) for kind in kinds]
         tokens = torch.arange(1, 13)[None] % (self.model.config.vocab_size - 1) + 1
         at_zero, shifted = self._stored_keys(tokens, 0), self._stored_keys(tokens, self.SHIFT_CHECK)

@@ -40,7 +40,12 @@ class CoverageTest(unittest.TestCase):
                     if family.available:
                         cachelimit.patch(name)
                         self.assertTrue(cachelimit.is_patched(name))
-                        self.assertEqual(classify(name)[0], SERVED)
+                        if family.release_needed is None:
+                            self.assertEqual(classify(name)[0], SERVED)
+                        else:  # patched, but its bounded runs are refused here (`Family.since`): not claimed
+                            self.assertEqual(classify(name)[0], REFUSED)
+                            self.assertIn(family.release_needed, classify(name)[1])
+                            self.assertIn(family.since[0], classify(name)[1])
                     else:  # a later release's family: refused here, saying what this release lacks
                         self.assertEqual(classify(name)[0], REFUSED)
                         with self.assertRaisesRegex(ValueError, re.escape(family.missing[0])):

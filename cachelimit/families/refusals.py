@@ -60,7 +60,6 @@ def hybrid(feature: str) -> str:
 #: model_type -> why cachelimit does not serve it (one line: `patch(model_type)` raises a ValueError with it)
 REFUSALS = MappingProxyType(
     {
-        "afmoe": NOPE_FULL,
         "axk1": LATENT,
         "axk2": INDEXED,
         "bailing_hybrid": LINEAR,
@@ -77,7 +76,6 @@ REFUSALS = MappingProxyType(
         "blt": "a byte latent transformer: local byte encoders and decoders cross-attend to patch states, which a "
         "bounded self-attention cache does not cover",
         "camembert": ENCODER,
-        "cohere2_moe": NOPE_FULL,
         "cohere_compass_text": "an embedding backbone with bidirectional layers (is_causal=False), not a causal "
         "decoder",
         "cpmant": "a relative position bias (position_bias) computed from the query and key positions of a full "
@@ -96,9 +94,7 @@ REFUSALS = MappingProxyType(
         "emu3": "an image-and-text token model whose causal LM reads the text config of a multimodal checkpoint: not "
         "served",
         "ernie": ENCODER,
-        "exaone_moe": NOPE_FULL,
         "falcon_mamba": STATE_SPACE,
-        "flint": NOPE_FULL,
         "fuyu": multimodal("persimmon"),
         "gemma3": multimodal("gemma3_text"),
         "gemma3n": multimodal("gemma3n_text"),
@@ -114,8 +110,6 @@ REFUSALS = MappingProxyType(
         "glm_moe_dsa": INDEXED,
         "got_ocr2": multimodal("qwen2"),
         "gpt_neo": "its local layers apply their window inside the attention, by key index (a causal buffer), not through the mask: not served yet",
-        "granite_swa": LEARNED_SINKS,
-        "granitemoe_swa": LEARNED_SINKS,
         "hrm_text": "it runs its layers several cycles per token, each cycle with a cache layer of its own "
         "(layer_idx + cycle_offset)",
         "hy_v4": INDEXED,
@@ -123,7 +117,6 @@ REFUSALS = MappingProxyType(
         "inkling2_text": LINEAR,
         "inkling_text": LINEAR,
         "kimi_linear": LINEAR,
-        "kolibri1": NOPE_FULL,
         "lara_mini": LINEAR,
         "lfm2_moe": LINEAR,
         "lfm3": LINEAR,
@@ -135,7 +128,6 @@ REFUSALS = MappingProxyType(
         "mbart": ENCODER_DECODER,
         "mega": DEPRECATED,
         "megatron-bert": ENCODER,
-        "mimo_v2_flash": LEARNED_SINKS,
         "minicpm3": LATENT,
         "minimax": LINEAR,
         "minimax_m3_vl_text": INDEXED,

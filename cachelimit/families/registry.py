@@ -49,15 +49,15 @@ class Family:
     #: `LlamaForCausalLM`): `patch(alias)` patches this family, and each alias with a config of its own has its own
     #: test declaration
     aliases: tuple[str, ...] = ()
-    #: (release, why): the oldest transformers whose classes of this family cachelimit serves, where that is later
-    #: than the family itself (4.x XGLM checks its 4D mask against the whole past); earlier ones lack it (`missing`)
-    needs_release: tuple[str, str] | None = None
-    #: config -> per decoder layer, whether its keys carry rotary positions, for a family whose config does not say
-    #: (Cohere 2 and EXAONE 4 rotate their sliding layers only); None: every layer, or `config.no_rope_layers`
-    rope_layers: Callable[[Any], list[bool]] | None = None
+    #: model -> per decoder layer, the rotary kind its keys carry (None: no positions), for a family whose model does
+    #: not say it the default way (`hf.layout.layer_rotary_kinds`): Cohere 2 and EXAONE 4 rotate their sliding layers
+    #: only, Granite SWA has one rotary per base. None: the default reading
+    rotary_layers: Callable[[Any], list[str | None]] | None = None
     #: (what needs it, the name of a release constant in `cachelimit.hf.compat`): the first transformers release whose
-    #: modeling code cachelimit can serve for this family, where the family itself is older (it is available, and a
-    #: bounded run on an earlier release is refused with that reason, unlike `needs_release`, which hides it)
+    #: modeling code cachelimit can serve for this family, where the family itself is older (4.x XGLM checks its 4D
+    #: mask against the whole past; recurrent layers before 5.14). On an earlier release the family is patched as
+    #: usual, its bounded runs are refused with this reason (`hf.layout.check_family`), and the coverage table lists
+    #: it as refused there.
     since: tuple[str, str] | None = None
 
     def __post_init__(self):
@@ -89,17 +89,22 @@ class Family:
         from transformers import CONFIG_MAPPING
 
         names = [] if self.name in CONFIG_MAPPING else [f"model type {self.name!r}"]
-        if self.needs_release is not None:
-            from ..hf.compat import at_least
-
-            release, why = self.needs_release
-            names += [] if at_least(release) else [f"transformers >= {release} ({why})"]
         return (*names, *(name for name in self.class_names if not hasattr(transformers, name)))
 
     @property
     def available(self) -> bool:
         """Whether the installed transformers has this family (`patch()` patches only the available ones)."""
         return not self.missing
+
+    @property
+    def release_needed(self) -> str | None:
+        """The release `since` names, where the installed transformers is older than it (else None)."""
+        if self.since is None:
+            return None
+        from ..hf import compat  # lazy: compat imports torch, and this table must not
+
+        release = getattr(compat, self.since[1])
+        return None if compat.at_least(release) else release
 
 
 def rope(
@@ -110,8 +115,7 @@ def rope(
     max_positions: str | None = None,
     label: str = "",
     aliases: tuple[str, ...] = (),
-    needs_release: tuple[str, str] | None = None,
-    rope_layers: Callable[[Any], list[bool]] | None = None,
+    rotary_layers: Callable[[Any], list[str | None]] | None = None,
     since: tuple[str, str] | None = None,
 ) -> Family:
     """A RoPE family: its sinks are moved with the model's own rotary module, found by `rotary` (by default
@@ -126,8 +130,7 @@ def rope(
         check_generation=check,
         check_request=check_request,
         aliases=aliases,
-        needs_release=needs_release,
-        rope_layers=rope_layers,
+        rotary_layers=rotary_layers,
         since=since,
     )
 
@@ -177,8 +180,8 @@ def learned(
 
 
 def sinusoidal(
-    name: str, *class_names: str, aliases: tuple[str, ...] = (), needs_release: tuple[str, str] | None = None
+    name: str, *class_names: str, aliases: tuple[str, ...] = (), since: tuple[str, str] | None = None
 ) -> Family:
     """A family with sinusoidal absolute positions added to the embeddings (XGLM): no rotation to adjust (sinks keep
     their positions) and no end (the model extends its table as the sequence grows)."""
-    return Family(name, class_names, SINUSOIDAL, aliases=aliases, needs_release=needs_release)
+    return Family(name, class_names, SINUSOIDAL, aliases=aliases, since=since)

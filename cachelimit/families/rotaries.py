@@ -1,5 +1,6 @@
 """How the families whose rotation is not `apply_rotary_pos_emb(q, k, cos, sin)` move their sink keys, and which of
-their layers rotate at all (`Family.rotary`, `Family.rope_layers`; the default is `hf.layout.rotary_shift`).
+their layers rotate at all and with which rotary (`Family.rotary`, `Family.rotary_layers`; the defaults are
+`hf.layout.rotary_shift` and `hf.layout.default_rotary_kinds`).
 
 Each finder still moves keys with the model's own rotary module and its own modeling file's rotation function; it only
 says how that function is called and which cached tensor, and which of its dims, carry the positions.
@@ -14,22 +15,66 @@ import torch
 
 from ..core.rotary import RotaryShift
 from ..hf.compat import MLA_CACHES_LATENT, decoder_body
-from ..hf.layout import rotary_shift
+from ..hf.layout import default_rotary_kinds, rotary_shift
 
 #: GPT-OSS rotates each head's two halves with tables of half its width
 half_tables = partial(rotary_shift, half_tables=True)
 
 
-def sliding_layers_rotate(config) -> list[bool]:
-    """Cohere 2: only the sliding layers apply RoPE; its full-attention layers carry no positions."""
-    return [kind == "sliding_attention" for kind in config.layer_types]
+SLIDING = "sliding_attention"
 
 
-def exaone4_layers_rotate(config) -> list[bool]:
-    """EXAONE 4: with a sliding window, only the sliding layers apply RoPE; without one, every layer does."""
-    if config.sliding_window is None:
-        return [True] * config.num_hidden_layers
-    return sliding_layers_rotate(config)
+def _where(model, rotates: list[bool]) -> list[str | None]:
+    """The default rotary kinds (`hf.layout.default_rotary_kinds`) on the layers that rotate, None on the others."""
+    return [kind if uses else None for kind, uses in zip(default_rotary_kinds(model), rotates, strict=True)]
+
+
+def sliding_layers_rotate(model) -> list[str | None]:
+    """Cohere 2, Flint: a layer rotates where it has a window (a sliding layer of a config with one); the full layers
+    carry no positions."""
+    config = model.config
+    return _where(model, [kind == SLIDING and config.sliding_window is not None for kind in config.layer_types])
+
+
+def local_layers_rotate(model) -> list[str | None]:
+    """AFMoE: the sliding ("local") layers rotate, whatever the window; the full layers carry no positions."""
+    return _where(model, [kind == SLIDING for kind in model.config.layer_types])
+
+
+def exaone4_layers_rotate(model) -> list[str | None]:
+    """EXAONE 4, EXAONE MoE, Kolibri 1: with a sliding window, only the sliding layers apply RoPE; without one, every
+    layer does."""
+    config = model.config
+    return _where(model, [config.sliding_window is None or kind == SLIDING for kind in config.layer_types])
+
+
+def cohere2_moe_layers_rotate(model) -> list[str | None]:
+    """Cohere 2 MoE: as Cohere 2, and its dense prefix layers rotate too where `prefix_dense_sliding_window_pattern`
+    is 1 (the attention's `force_rope`)."""
+    config = model.config
+    forced = [mlp == "dense" and config.prefix_dense_sliding_window_pattern == 1 for mlp in config.mlp_layer_types]
+    windowed = [kind == SLIDING and config.sliding_window is not None for kind in config.layer_types]
+    return _where(model, [a or b for a, b in zip(windowed, forced, strict=True)])
+
+
+def rotary_per_base(model) -> list[str | None]:
+    """Granite SWA: each layer rotates with the rotary of its own base (`config.layer_rope_theta`, 0: NoPE), one
+    module per distinct base in `model.base_model.rotary_embs`; the kind of a layer names its base."""
+    return [repr(float(theta)) if theta else None for theta in model.config.layer_rope_theta]
+
+
+def base_rotary(model, kind: str | None) -> RotaryShift | None:
+    """Granite SWA: the rotary module of the base a kind names (`rotary_per_base`), with its modeling file's
+    `apply_rotary_pos_emb`."""
+    if kind is None:
+        return None
+    (rotary,) = (
+        module
+        for module in decoder_body(model).rotary_embs
+        if repr(float(module.config.rope_parameters["rope_theta"])) == kind
+    )
+    apply = sys.modules[type(rotary).__module__].apply_rotary_pos_emb
+    return RotaryShift(rotary, apply, model.dtype, rotary.rope_type)
 
 
 def complex_rotary(model, kind: str | None, *, positions_first: bool, **options) -> RotaryShift | None:

@@ -30,9 +30,13 @@ def rotaries(name: str):
 
 #: why a family needs a release: (what needs it, the name of that release's constant in `cachelimit.hf.compat`)
 RECURRENT = ("recurrent layers in a cache made of layers", "RECURRENT_LAYERS")
+PHIMOE_4X = ("4.x PhiMoE's rotary and window mask are its own", "MODELING_TAKES_MASKS")
+QWEN2_MOE_4X = ("4.x Qwen2-MoE's window mask is its own", "MODELING_TAKES_MASKS")
+XGLM_4X = ("4.x XGLM requires a 4D mask as wide as the past", "MODELING_TAKES_MASKS")
 SHARED_KV = ("KV-sharing layers that read `shared_kv_states`", "SHARED_KV_STATES")
 
 TABLE: tuple[Family, ...] = (
+    rope("afmoe", "AfmoeForCausalLM", rotary_layers=rotaries("local_layers_rotate")),  # full layers are NoPE
     rope("apertus", "ApertusForCausalLM"),
     rope("apertus1p5_text", "Apertus1p5TextForCausalLM"),
     rope("arcee", "ArceeForCausalLM"),
@@ -43,7 +47,8 @@ TABLE: tuple[Family, ...] = (
     # GPT-J and CodeGen: a rotary table of n_positions rows; sinks refused (their rotation has a signature of its own)
     rope("codegen", "CodeGenForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE),
     rope("cohere", "CohereForCausalLM"),  # interleaved rotary pairs: its own apply_rotary_pos_emb moves them
-    rope("cohere2", "Cohere2ForCausalLM", rope_layers=rotaries("sliding_layers_rotate")),  # full layers are NoPE
+    rope("cohere2", "Cohere2ForCausalLM", rotary_layers=rotaries("sliding_layers_rotate")),  # full layers are NoPE
+    rope("cohere2_moe", "Cohere2MoeForCausalLM", rotary_layers=rotaries("cohere2_moe_layers_rotate")),
     rope("cwm", "CwmForCausalLM"),
     rope("dbrx", "DbrxForCausalLM"),  # fused, clipped qkv projection
     rope("deepseek_v2", "DeepseekV2ForCausalLM", rotary=rotaries("deepseek_v2_rotary")),  # MLA
@@ -52,10 +57,12 @@ TABLE: tuple[Family, ...] = (
     rope("dots1", "Dots1ForCausalLM"),
     rope("ernie4_5", "Ernie4_5ForCausalLM"),  # interleaved rotary pairs
     rope("ernie4_5_moe", "Ernie4_5_MoeForCausalLM"),
-    rope("exaone4", "Exaone4ForCausalLM", rope_layers=rotaries("exaone4_layers_rotate")),
+    rope("exaone4", "Exaone4ForCausalLM", rotary_layers=rotaries("exaone4_layers_rotate")),
+    rope("exaone_moe", "ExaoneMoeForCausalLM", rotary_layers=rotaries("exaone4_layers_rotate")),
     rope("falcon", "FalconForCausalLM", check_request=no_alibi),  # ALiBi (Falcon-RW) refused
     rope("falcon_h1", "FalconH1ForCausalLM", since=RECURRENT),  # attention and Mamba 2 in every layer
     rope("flex_olmo", "FlexOlmoForCausalLM"),
+    rope("flint", "FlintForCausalLM", rotary_layers=rotaries("sliding_layers_rotate")),  # full layers are NoPE
     rope("gemma", "GemmaForCausalLM"),
     rope("gemma2", "Gemma2ForCausalLM"),  # sliding and full layers alternate
     rope("gemma3_text", "Gemma3ForCausalLM"),  # one rotary base per layer type
@@ -71,7 +78,20 @@ TABLE: tuple[Family, ...] = (
     rope("gpt_oss", "GptOssForCausalLM", rotary=rotaries("half_tables")),  # learned per-head sink logits
     rope("gptj", "GPTJForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE, label="GPT-J"),
     rope("granite", "GraniteForCausalLM"),
+    # Granite SWA: learned per-head sink logits on every layer, one rotary base per layer (0: NoPE)
+    rope(
+        "granite_swa",
+        "GraniteSWAForCausalLM",
+        rotary=rotaries("base_rotary"),
+        rotary_layers=rotaries("rotary_per_base"),
+    ),
     rope("granitemoe", "GraniteMoeForCausalLM"),
+    rope(
+        "granitemoe_swa",
+        "GraniteMoeSWAForCausalLM",
+        rotary=rotaries("base_rotary"),
+        rotary_layers=rotaries("rotary_per_base"),
+    ),
     rope("granitemoehybrid", "GraniteMoeHybridForCausalLM", since=RECURRENT),
     rope("granitemoeshared", "GraniteMoeSharedForCausalLM"),
     rope("helium", "HeliumForCausalLM"),
@@ -82,11 +102,13 @@ TABLE: tuple[Family, ...] = (
     rope("jais2", "Jais2ForCausalLM"),
     no_positions("jamba", "JambaForCausalLM", since=RECURRENT),  # Mamba layers and NoPE attention
     rope("jetmoe", "JetMoeForCausalLM"),
+    rope("kolibri1", "Kolibri1ForCausalLM", rotary_layers=rotaries("exaone4_layers_rotate")),
     rope("laguna", "LagunaForCausalLM"),  # one rotary base and share per layer type
     rope("lfm2", "Lfm2ForCausalLM", since=RECURRENT),  # short convolutions and attention
     rope("llama", "LlamaForCausalLM", aliases=("code_llama", "exaone", "internlm3", "iquestcoder")),  # Llama's class
     rope("llama4_text", "Llama4ForCausalLM", rotary=rotaries("llama4_rotary")),  # chunked RoPE and global NoPE
     rope("mellum", "MellumForCausalLM"),  # one rotary base per layer type
+    rope("mimo_v2_flash", "MiMoV2FlashForCausalLM"),  # learned sink logits on sliding layers, own KV heads there
     rope("minimax_m2", "MiniMaxM2ForCausalLM"),
     rope("ministral", "MinistralForCausalLM"),
     rope("ministral3", "Ministral3ForCausalLM", check_request=query_scale_by_position),
@@ -106,10 +128,10 @@ TABLE: tuple[Family, ...] = (
     rope("phi", "PhiForCausalLM"),
     rope("phi3", "Phi3ForCausalLM"),
     # 4.x PhiMoE computes its rotary from the sequence length, not the positions, and builds its own window mask
-    rope("phimoe", "PhimoeForCausalLM", needs_release=("5.0.0", "4.x PhiMoE's rotary and window mask are its own")),
+    rope("phimoe", "PhimoeForCausalLM", since=PHIMOE_4X),
     rope("qwen2", "Qwen2ForCausalLM"),
     # 4.x Qwen2-MoE builds its own window mask and slides the layers from max_window_layers on (no layer_types)
-    rope("qwen2_moe", "Qwen2MoeForCausalLM", needs_release=("5.0.0", "4.x Qwen2-MoE's window mask is its own")),
+    rope("qwen2_moe", "Qwen2MoeForCausalLM", since=QWEN2_MOE_4X),
     rope("qwen3", "Qwen3ForCausalLM"),
     rope("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", since=RECURRENT),
     rope("qwen3_5_text", "Qwen3_5ForCausalLM", since=RECURRENT),  # gated delta net layers
@@ -122,7 +144,7 @@ TABLE: tuple[Family, ...] = (
     rope("starcoder2", "Starcoder2ForCausalLM"),
     rope("vaultgemma", "VaultGemmaForCausalLM"),
     # the model extends its table as the sequence grows; 4.x checks the 4D mask's width against the whole past
-    sinusoidal("xglm", "XGLMForCausalLM", needs_release=("5.0.0", "4.x XGLM requires a 4D mask as wide as the past")),
+    sinusoidal("xglm", "XGLMForCausalLM", since=XGLM_4X),
     rope("zamba2", "Zamba2ForCausalLM", since=RECURRENT),  # Mamba 2 layers with shared attention blocks
 )
 

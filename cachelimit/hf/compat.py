@@ -9,66 +9,26 @@ bridged is (a name, a missing method); a feature an old release lacks is refused
 from __future__ import annotations
 
 import inspect
-import warnings
 from typing import Any
 
 import torch
-import transformers
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from transformers import GenerationConfig, PreTrainedModel, cache_utils
 from transformers.cache_utils import CacheLayerMixin
 
-#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
-OLDEST_SUPPORTED = "4.57.6"
-FIRST_UNSUPPORTED = "5.25"
-#: Release series inside that span that are left out, each for a bug of its own generate (measured: README
-#: "Versions and compatibility"): 5.0.0 refuses `prefill_chunk_size` unless the caller made the cache; 5.2.0's
-#: chunked prefill gives every chunk the prompt's last positions (5.3.0 slices them); 5.1.x, between the two,
-#: was not measured.
-EXCLUDED_SERIES = ("5.0", "5.1", "5.2")
-SUPPORTED_RANGE = ",".join(
-    [f">={OLDEST_SUPPORTED}", *(f"!={series}.*" for series in EXCLUDED_SERIES), f"<{FIRST_UNSUPPORTED}"]
+# the supported range and the release checks, re-exported: code that bridges a difference imports `compat` only
+from .releases import (  # noqa: F401
+    EXCLUDED_SERIES,
+    FIRST_UNSUPPORTED,
+    OLDEST_SUPPORTED,
+    SUPPORTED_RANGE,
+    TRANSFORMERS,
+    at_least,
+    check_supported,
+    is_supported,
+    release_at_least,
+    require,
 )
-
-#: The transformers this process runs (its release, without local or dev suffixes).
-TRANSFORMERS = Version(Version(transformers.__version__).base_version)
-
-
-def at_least(release: str) -> bool:
-    """Whether the installed transformers is `release` or newer."""
-    return release_at_least(TRANSFORMERS, release)
-
-
-def release_at_least(installed: Version, release: str) -> bool:
-    return installed >= Version(release)
-
-
-def is_supported(installed: Version = TRANSFORMERS) -> bool:
-    return SpecifierSet(SUPPORTED_RANGE).contains(installed)
-
-
-def check_supported(installed: Version = TRANSFORMERS) -> None:
-    """Warn (not fail) when transformers is outside the tested range; see README "Versions" for why."""
-    if not is_supported(installed):
-        warnings.warn(
-            f"cachelimit is tested with transformers {SUPPORTED_RANGE}, but transformers {installed} is installed; "
-            f"bounded generation may fail or differ. Install a supported release "
-            f'(pip install "transformers{SUPPORTED_RANGE}") or check this one with `python tools/leg.py {installed}`.',
-            UserWarning,
-            stacklevel=2,
-        )
-
-
-def require(feature: str, release: str) -> None:
-    """Refuse (ValueError, before any token) a feature the installed transformers lacks, naming the release
-    that brought it."""
-    if not at_least(release):
-        raise ValueError(
-            f"{feature} needs transformers >= {release}, but transformers {TRANSFORMERS} is installed "
-            f'(pip install "transformers{SUPPORTED_RANGE},>={release}").'
-        )
-
 
 # --- 5.24.0: `past_key_values` is renamed `cache` (generate, prepare_inputs_for_generation, forward, outputs).
 # The old name is still accepted by 5.24's `generate` (with a FutureWarning); outputs keep a
@@ -130,12 +90,20 @@ def rotaries_apart(model: torch.nn.Module) -> str | None:
     """Where a 4.x model keeps its rotaries apart (attention sinks, which move keys with the layer's own rotary, are
     refused there: `require(..., "5.0.0")`), or None."""
     body = decoder_body(model)
-    if any(getattr(body, name, None) is not None for name in ("rotary_emb_local", "local_rotary_emb", "rotary_embs")):
+    # 4.x OLMo 3 keeps `rotary_embs` per layer type; 5.x Granite SWA one per base, which its family finds itself
+    apart = ("rotary_emb_local", "local_rotary_emb") + (() if at_least("5.0.0") else ("rotary_embs",))
+    if any(getattr(body, name, None) is not None for name in apart):
         return "one rotary module per layer type"
     inside = any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
     if not at_least("5.0.0") and getattr(body, "rotary_emb", None) is None and inside:
         return "a rotary module in each attention layer"
     return None
+
+
+# --- 5.0.0: 4.x PhiMoE computes its rotary from the sequence length and builds its own window mask, 4.x Qwen2-MoE
+# builds its own window mask, and 4.x XGLM requires a 4D mask as wide as the whole past: their bounded runs need 5.x
+# modeling code (`Family.since`).
+MODELING_TAKES_MASKS = "5.0.0"
 
 
 # --- 5.0.0: `get_decoder()` finds every causal LM's decoder body through its `base_model`; 4.x looked for a

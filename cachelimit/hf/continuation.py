@@ -16,7 +16,7 @@ from .request import BoundedRequest
 
 
 def given_cache(
-    model, cache, request: BoundedRequest, rotary: RotaryFinder | None, width: int | None, rope_layers=None
+    model, cache, request: BoundedRequest, rotary: RotaryFinder | None, width: int | None, rotary_layers=None
 ) -> BoundedCache:
     """Check the cache a bounded call was given (`width`: columns of its inputs); returns it, fitted."""
     if not isinstance(cache, BoundedCache):
@@ -31,7 +31,7 @@ def given_cache(
             f"{cache.policy.num_sinks}; this call asks for cache_limit={request.limit}, num_sink_tokens={request.sinks}."
         )
     if not cache.fitted:  # built by hand: it belongs to the first model it runs on
-        fit(cache, model, request, rotary, rope_layers)
+        fit(cache, model, request, rotary, rotary_layers)
     cache.check_owner(model)
     check_continuation(model, cache, width)
     return cache

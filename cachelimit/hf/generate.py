@@ -44,10 +44,10 @@ def bounded_cache(
     check_run(Run(model, family, request, config, kwargs, tokens, kwargs.get("attention_mask")))
     cache, rotary = passed_cache(kwargs), rotary_finder(family)
     if cache is None:
-        cache = bounded_cache_for(model, request, rotary, family.rope_layers, static=static)
+        cache = bounded_cache_for(model, request, rotary, family.rotary_layers, static=static)
     else:
         width = None if tokens is None else tokens.shape[1]
-        cache = given_cache(model, cache, request, rotary, width, family.rope_layers)
+        cache = given_cache(model, cache, request, rotary, width, family.rotary_layers)
         if window_prefill and cache.cursor is not None:
             require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
         cache.set_window_prefill(window_prefill)

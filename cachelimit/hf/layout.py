@@ -21,7 +21,6 @@ from ..core.cache import BoundedCache, LayerGroup
 from ..core.layers import BoundedLayer
 from ..core.rotary import RotaryShift
 from ..core.window import WindowPolicy
-from . import compat
 from .cache_layers import hybrid_layer_class, own_layer
 from .compat import decoder_body, require, rotaries_apart, uses_rope
 from .installed import family_of
@@ -30,14 +29,25 @@ from .request import BoundedRequest
 
 #: (model, rotary kind of a layer) -> the `RotaryShift` that moves its sink keys, or None (no positions)
 RotaryFinder = Callable[[torch.nn.Module, "str | None"], "RotaryShift | None"]
-#: config -> per decoder layer, whether its keys carry rotary positions (for families whose config does not say)
-RopeLayers = Callable[[object], "list[bool]"]
+#: model -> per decoder layer, the rotary kind its keys carry (see `layer_rotary_kinds`), for a family whose model does
+#: not say it the default way (Cohere 2 rotates its sliding layers only, Granite SWA has one rotary per base)
+RotaryLayers = Callable[[torch.nn.Module], "list[str | None]"]
 
 
-def layer_rotary_kinds(model: torch.nn.Module, rope_layers: RopeLayers | None = None) -> list[str | None]:
+def layer_rotary_kinds(model: torch.nn.Module, rotary_layers: RotaryLayers | None = None) -> list[str | None]:
     """Per decoder layer: the rotary variant its keys carry (a layer type such as "sliding_attention" for models with
-    one rotary per layer type, "" for a single rotary), or None for a layer without positions: NoPE layers
-    (`config.no_rope_layers[i] == 0`: SmolLM3, Llama 4; or the family's `rope_layers`: Cohere 2, EXAONE 4)."""
+    one rotary per layer type, "" for a single rotary, or a family's own names), or None for a layer without
+    positions (NoPE layers: `config.no_rope_layers[i] == 0` in SmolLM3 and Llama 4). A family's `rotary_layers`
+    (Cohere 2, EXAONE 4, Granite SWA) replaces this reading; it may start from `default_rotary_kinds`."""
+    kinds = (rotary_layers or default_rotary_kinds)(model)
+    if len(kinds) != model.config.num_hidden_layers:
+        raise ValueError(f"{len(kinds)} rotary kinds for {model.config.num_hidden_layers} decoder layers")
+    return list(kinds)
+
+
+def default_rotary_kinds(model: torch.nn.Module) -> list[str | None]:
+    """The rotary kinds read the default way: one per layer type where the rotary module takes a layer type, else
+    one for every layer; None where `config.no_rope_layers` says a layer has no positions."""
     config = model.config
     rotary = getattr(decoder_body(model), "rotary_emb", None)
     layers = config.num_hidden_layers
@@ -47,8 +57,6 @@ def layer_rotary_kinds(model: torch.nn.Module, rope_layers: RopeLayers | None = 
     per_type = "layer_type" in inspect.signature(rotary.forward).parameters and getattr(config, "layer_types", None)
     kinds: list[str | None] = list(config.layer_types) if per_type else [""] * layers
     rotating = getattr(config, "no_rope_layers", None)
-    if rope_layers is not None:
-        rotating = rope_layers(config)
     if rotating is not None:
         kinds = [kind if uses else None for kind, uses in zip(kinds, rotating, strict=True)]
     return kinds
@@ -100,14 +108,14 @@ def fit(
     model: torch.nn.Module,
     request: BoundedRequest,
     rotary: RotaryFinder | None,
-    rope_layers: RopeLayers | None = None,
+    rotary_layers: RotaryLayers | None = None,
 ) -> None:
     """Give `cache` the model's layers: one group per attention type, a `BoundedLayer` per attention layer (a
     `BoundedHybridLayer` for one that also has a recurrent state), transformers' own layer for the others; the sink
     keys of RoPE layers moved with `rotary` (None: the family has no rotary positions; sinks keep theirs)."""
     request = model_request(model, request)
     kinds = layer_kinds(model.config)
-    rotary_kinds = layer_rotary_kinds(model, rope_layers)
+    rotary_kinds = layer_rotary_kinds(model, rotary_layers)
     rotaries: dict[str, RotaryShift] = {}
     if request.sinks and rotary is not None and uses_rope(model.config):
         apart = rotaries_apart(model)
@@ -149,13 +157,13 @@ def bounded_cache_for(
     model: torch.nn.Module,
     request: BoundedRequest,
     rotary: RotaryFinder | None,
-    rope_layers: RopeLayers | None = None,
+    rotary_layers: RotaryLayers | None = None,
     static: bool = False,
 ) -> BoundedCache:
     """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served);
     `static`: its rings are allocated at their full size (`BoundedCache`)."""
     cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill, static=static)
-    fit(cache, model, request, rotary, rope_layers)
+    fit(cache, model, request, rotary, rotary_layers)
     return cache
 
 
@@ -166,9 +174,9 @@ def rotary_finder(family) -> RotaryFinder | None:
 
 def check_family(model, family) -> None:
     """Refuse (ValueError, before any token) a family this transformers release cannot serve (`Family.since`)."""
-    if family.since is not None:
-        reason, release = family.since
-        require(f"`cache_limit` on {type(model).__name__} ({reason})", getattr(compat, release))
+    release = family.release_needed
+    if release is not None:
+        require(f"`cache_limit` on {type(model).__name__} ({family.since[0]})", release)
 
 
 def cache_for_model(
@@ -179,4 +187,4 @@ def cache_for_model(
     family = family_of(model)
     check_family(model, family)
     request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill)
-    return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rope_layers, static)
+    return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rotary_layers, static)
