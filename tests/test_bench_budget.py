@@ -162,10 +162,3 @@ def test_the_report_flags_a_run_that_held_other_bytes(tmp_path):
            "predicted_row_bytes": 40, "predicted_kv_bytes": 80, "kv_bytes_end": 96, "kv_bytes_most": 96,
            "peak_rss_bytes": 2**20, "rss_before_bytes": 0, "tokens_per_second": 1.0, "seconds": 8.0}  # fmt: skip
     assert "**NO**" in budget_report.write_report([run], tmp_path)
-
-
-def test_the_command_line_reaches_the_scenario(capsys):
-    from cachelimit.cli.main import run
-
-    assert run(["bench", "--budget", "--sinks", "300"]) == 2
-    assert "cachelimit bench --budget: error: --sinks must be in [0, --limit), got 300" in capsys.readouterr().err

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from . import runner
+from .arguments import OneLineErrors, settings_or_exit, threads
 from .budget_fit import KVLayout, row_bytes, rows_that_fit
 from .budget_report import write_report
 from .progress import RunProgress
@@ -31,7 +32,7 @@ WORKER = "cachelimit.bench.budget_run"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="cachelimit bench --budget",
         description="In a fixed KV-memory budget, the largest batch and num_beams that fit unbounded and with "
         "cache_limit=L, each run through generate: KV bytes held, peak RSS, aggregate tokens/s. Writes "
@@ -45,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", default=",".join(MODELS), help="bench (Mistral-shaped, seeded), smollm2")
     parser.add_argument("--shape", choices=("full", "quick"), default="full", help="the bench model's shape")
     parser.add_argument("--modes", default=",".join(MODES), help="batch (greedy rows), beams (one prompt, num_beams)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's default)")
+    parser.add_argument(
+        "--threads", type=threads, default=None, help="torch threads per run (default: torch's default)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the bench model's weights and prompts")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/budget"), help="output folder")
     parser.add_argument("--resume", action="store_true", help="keep the finished runs in OUT/budget_runs.jsonl")
@@ -174,12 +177,9 @@ def _records(journal: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        settings = settings_of(args)
-    except ValueError as error:
-        print(f"cachelimit bench --budget: error: {error}", file=sys.stderr)
-        return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = settings_or_exit(parser, settings_of, args)
     args.out.mkdir(parents=True, exist_ok=True)
     journal = args.out / "budget_runs.jsonl"
     if args.report_only:

@@ -30,9 +30,11 @@ from pathlib import Path
 import torch
 import transformers
 
+from ..cli.flag_types import MAX_SEED, int_in_range
 from ..cli.pretrained import MissingModelError, load_pretrained
 from ..core.cache import kv_bytes
 from ..families.patching import patch
+from .arguments import OneLineErrors, count, int_list, threads
 from .progress import RunProgress
 from .quality_report import perplexity, write_report
 from .scoring import (  # noqa: F401  (the scoring functions were first defined here; they stay reachable)
@@ -74,14 +76,14 @@ def _token_count(value: str) -> int | None:
     """`--tokens`: a positive count, or `all` (None: the whole text)."""
     if value == "all":
         return None
-    count = int(value)
-    if count < 2:
-        raise argparse.ArgumentTypeError(f"must be `all` or an int >= 2, got {value}")
-    return count
+    try:
+        return count(2)(value)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("must be ", "must be `all` or ", 1)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="cachelimit bench --quality",
         description="Teacher-forced NLL of a long real text through model.generate on SmolLM2-135M-Instruct: "
         "dense cache vs cache_limit=L without and with 4 sinks. Writes quality.json, quality_table.md, "
@@ -100,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="text tokens for the dense runs, or `all` (default: --tokens); a dense cache grows with the text, "
         "so a long text is scored by the bounded runs and a shorter prefix by the dense one",
     )
-    parser.add_argument("--limits", default=",".join(map(str, DEFAULT_LIMITS)), help="cache limits (default: 64,256)")
+    parser.add_argument(
+        "--limits", type=int_list, default=",".join(map(str, DEFAULT_LIMITS)), help="cache limits (default: 64,256)"
+    )
     parser.add_argument(
         "--method",
         choices=("chunked", "decode", "both"),
@@ -110,17 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--chunk",
-        type=int,
+        type=count(),
         default=256,
         help="prefill_chunk_size of the chunked runs (default: 256; any size gives the same numbers, a larger one "
         "fewer forwards)",
     )
-    parser.add_argument("--sample-tokens", type=int, default=1500, help="tokens per free sample (0: none)")
-    parser.add_argument("--sample-limit", type=int, default=256, help="cache limit of the free samples")
+    parser.add_argument("--sample-tokens", type=count(0), default=1500, help="tokens per free sample (0: none)")
+    parser.add_argument("--sample-limit", type=count(), default=256, help="cache limit of the free samples")
     parser.add_argument("--only", help="run only these runs (journal keys, separated by ';')")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the free samples")
+    parser.add_argument("--threads", type=threads, default=None, help="torch threads (default: torch's default)")
+    parser.add_argument("--seed", type=int_in_range(0, MAX_SEED), default=0, help="seed of the free samples")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/quality_results"), help="output folder")
     parser.add_argument("--resume", action="store_true", help="keep the finished runs in OUT/quality_runs.jsonl")
     parser.add_argument("--report-only", action="store_true", help="write the report from the journal, run nothing")
@@ -239,8 +243,9 @@ def _finished_line(record: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    limits = [int(part) for part in args.limits.split(",") if part.strip()]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    limits = args.limits
     args.out.mkdir(parents=True, exist_ok=True)
     journal = args.out / "quality_runs.jsonl"
     if not args.resume and not args.report_only:
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         text_ids = text_tokens(tokenizer, args.text.read_text(encoding="utf-8") if args.text else default_text())
         for job in todo:
             if job.get("tokens") is not None and job["tokens"] > text_ids.shape[1]:
-                raise SystemExit(f"--tokens {job['tokens']}: the text has only {text_ids.shape[1]:,} tokens")
+                parser.error(f"argument --tokens: the text has only {text_ids.shape[1]:,} tokens, got {job['tokens']}")
         progress = RunProgress(len(todo))
         for job in todo:
             total = job["sample_tokens"] if job["kind"] == "sample" else (job["tokens"] or text_ids.shape[1])

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import report as bench_report
 from . import runner
+from .arguments import OneLineErrors, int_list, settings_or_exit, threads
 from .cap import CAP_PROMPT, cap_variants
 
 VARIANTS = {
@@ -40,16 +41,6 @@ FULL["cap_tokens"] = 512
 QUICK = {"shape": "quick", "limits": [128, 512], "batches": [1], "tokens": 48, "long_tokens": 768, "cap_tokens": 128}
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
-    return values
-
-
 def _choices(allowed: tuple[str, ...]):
     def parse(text: str) -> list[str]:
         names = [part.strip() for part in text.split(",") if part.strip()]
@@ -61,15 +52,8 @@ def _choices(allowed: tuple[str, ...]):
     return parse
 
 
-class _OneLineErrors(argparse.ArgumentParser):
-    """Bad flags are one line on stderr (exit 2), like every other cachelimit command."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(
+    parser = OneLineErrors(
         prog="cachelimit bench",
         description="Per-token time, tokens/s, KV bytes and peak RSS of bounded generation: cachelimit vs "
         "transformers' sliding windows, the unbounded cache and an ideal in-place cache. Writes results.json, "
@@ -95,12 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(512; quick: 128; 0: skip)",
     )
     parser.add_argument("--cap-only", action="store_true", help="run only the cap scenario (no grid, no long run)")
-    parser.add_argument("--limits", type=_int_list, help="cache limits L, e.g. 128,512,1024,2048")
-    parser.add_argument("--batches", type=_int_list, help="batch sizes, e.g. 1,4")
+    parser.add_argument("--limits", type=int_list, help="cache limits L, e.g. 128,512,1024,2048")
+    parser.add_argument("--batches", type=int_list, help="batch sizes, e.g. 1,4")
     parser.add_argument("--models", type=_choices(MODELS), default=list(MODELS), help="mistral,gpt2")
     parser.add_argument("--variants", type=_choices(tuple(VARIANTS)), default=list(VARIANTS), help=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and prompts")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's default)")
+    parser.add_argument(
+        "--threads", type=threads, default=None, help="torch threads per run (default: torch's default)"
+    )
     parser.add_argument(
         "--resume", action="store_true", help="keep the runs an interrupted sweep left in OUT/runs.jsonl; run the rest"
     )
@@ -198,12 +184,9 @@ def _job(settings, role, family, variant, limit, batch, prompt_tokens, new_token
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep and write results.json, table.md and the plots to --out; returns a process exit code."""
-    args = build_parser().parse_args(argv)
-    try:
-        settings = resolve(args)
-    except ValueError as error:
-        print(f"cachelimit bench: error: {error}", file=sys.stderr)
-        return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    settings = settings_or_exit(parser, resolve, args)
     try:
         import matplotlib  # noqa: F401  (the plots need it: fail before an hour of measuring, not after)
         from tqdm.auto import tqdm

@@ -1,0 +1,52 @@
+"""What every benchmark command does with its flags, written once: a bad flag or setting is one line on stderr and
+exit status 2, before anything runs, like every other cachelimit command (never a traceback, never a run that fails
+an hour in); integer flags read text as the command line's do (`cli.flag_types`: plain ASCII digits, a range)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..cli.flag_types import int_in_range
+from ..core.policy import MAX_CACHE_LIMIT
+
+T = TypeVar("T")
+
+#: the most torch threads a benchmark accepts (far more than any machine it runs on has cores)
+MAX_THREADS = 1024
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """Bad flags are one line on stderr (exit 2), naming the command and its --help."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def settings_or_exit(parser: argparse.ArgumentParser, resolve: Callable[[argparse.Namespace], T], args) -> T:
+    """`resolve(args)`: the command's settings, checked together (a ValueError names the flags and the allowed
+    range); on a ValueError, the parser's one-line error and exit 2."""
+    try:
+        return resolve(args)
+    except ValueError as error:
+        parser.error(str(error))
+        raise  # unreachable: `error` exits
+
+
+def count(minimum: int = 1):
+    """An integer flag of at least `minimum` (tokens, rows, a limit), read as the command line reads its flags."""
+    return int_in_range(minimum, MAX_CACHE_LIMIT)
+
+
+def threads(text: str) -> int:
+    """`--threads`: torch threads, 1 to MAX_THREADS."""
+    return int_in_range(1, MAX_THREADS)(text)
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of integer flags >= 1 (`--limits 64,256`), each read as `count()` reads one."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return [count()(part) for part in parts]

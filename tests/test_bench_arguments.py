@@ -1,0 +1,29 @@
+"""The benchmark commands refuse a bad flag or setting in one line, exit 2, before they measure anything."""
+
+from __future__ import annotations
+
+import pytest
+
+from cachelimit.cli.main import run
+
+BAD = [
+    (["bench", "--limits", "0"], "cachelimit bench: error: argument --limits: must be an int in [1, "),
+    (["bench", "--threads", "0"], "cachelimit bench: error: argument --threads: must be an int in [1, 1024], got 0"),
+    (["bench", "--budget", "--sinks", "300"], "cachelimit bench --budget: error: --sinks must be in [0, --limit)"),
+    (["bench", "--budget", "--threads", "-2"], "cachelimit bench --budget: error: argument --threads: must be an int"),
+    (["bench", "--quality", "--limits", "64,abc"], "error: argument --limits: must be an int in [1, "),
+    (["bench", "--quality", "--limits", ","], "error: argument --limits: expected comma-separated integers >= 1"),
+    (["bench", "--quality", "--chunk", "0"], "cachelimit bench --quality: error: argument --chunk: must be an int in"),
+    (["bench", "--quality", "--sample-tokens", "-1"], "error: argument --sample-tokens: must be an int in [0, "),
+    (["bench", "--quality", "--tokens", "1"], "error: argument --tokens: must be `all` or an int in [2, "),
+    (["bench", "--quality", "--seed", "1_0"], "error: argument --seed: must be an int in [0, 18446744073709551615]"),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), BAD, ids=[" ".join(argv) for argv, _ in BAD])
+def test_a_bad_flag_is_one_line_and_exit_2(argv, expected, capsys, tmp_path):
+    assert run([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
