@@ -60,7 +60,6 @@ def hybrid(feature: str) -> str:
 #: model_type -> why cachelimit does not serve it (one line: `patch(model_type)` raises a ValueError with it)
 REFUSALS = MappingProxyType(
     {
-        "axk1": LATENT,
         "axk2": INDEXED,
         "bailing_hybrid": LINEAR,
         "bart": ENCODER_DECODER,
@@ -106,7 +105,6 @@ REFUSALS = MappingProxyType(
         "and values (shared_kv_states), which assisted decoding needs to roll back",
         "gemma4_unified_text": "layers that share another layer's keys and values (KV sharing): not served yet",
         "git": "an image-to-text model whose text tokens attend to image tokens through one mask it builds itself",
-        "glm4_moe_lite": LATENT,
         "glm_moe_dsa": INDEXED,
         "got_ocr2": multimodal("qwen2"),
         "gpt_neo": "its local layers apply their window inside the attention, by key index (a causal buffer), not through the mask: not served yet",
@@ -128,7 +126,6 @@ REFUSALS = MappingProxyType(
         "mbart": ENCODER_DECODER,
         "mega": DEPRECATED,
         "megatron-bert": ENCODER,
-        "minicpm3": LATENT,
         "minimax": LINEAR,
         "minimax_m3_vl_text": INDEXED,
         "mllama": "its text model cross-attends to image states in the layers of config.cross_attention_layers, which "
@@ -172,7 +169,6 @@ REFUSALS = MappingProxyType(
         "xlnet": "relative positions over a memory of past hidden states (mems), not an attention KV cache",
         "xlstm": STATE_SPACE,
         "xmod": ENCODER,
-        "youtu": LATENT,
         "zamba": hybrid("Mamba layers with a shared attention block"),
         "zaya": LINEAR,
     }

@@ -116,8 +116,9 @@ def deepseek_v2_rotary(model, kind: str | None) -> RotaryShift | None:
     return complex_rotary(model, kind, positions_first=False, **mla_options())
 
 
-def deepseek_v3_rotary(model, kind: str | None) -> RotaryShift | None:
-    """DeepSeek V3: cos/sin tables, MLA cache. With `rope_interleave` the model de-interleaves the rotary dims as it
+def mla_rotary(model, kind: str | None) -> RotaryShift | None:
+    """DeepSeek V3 and the MLA families generated from it (GLM-4 MoE Lite, MiniCPM 3, Youtu, A.X K1): cos/sin tables,
+    MLA cache. With `rope_interleave` the model de-interleaves the rotary dims as it
     rotates them, so a cached key's rotary dims are in `rotate_half` order already: moving them further is the plain
     `apply_rotary_pos_emb`, whichever way the model first rotated them."""
     return rotary_shift(model, kind, **mla_options())

@@ -41,6 +41,7 @@ TABLE: tuple[Family, ...] = (
     rope("apertus1p5_text", "Apertus1p5TextForCausalLM"),
     rope("arcee", "ArceeForCausalLM"),
     rope("aria_text", "AriaTextForCausalLM"),
+    rope("axk1", "AXK1ForCausalLM", rotary=rotaries("mla_rotary")),  # MLA
     rope("bamba", "BambaForCausalLM", since=RECURRENT),  # Mamba 2 layers and a few attention layers
     learned("biogpt", "BioGptForCausalLM", max_positions="max_position_embeddings", label="BioGPT"),
     rope("bitnet", "BitNetForCausalLM"),
@@ -52,7 +53,7 @@ TABLE: tuple[Family, ...] = (
     rope("cwm", "CwmForCausalLM"),
     rope("dbrx", "DbrxForCausalLM"),  # fused, clipped qkv projection
     rope("deepseek_v2", "DeepseekV2ForCausalLM", rotary=rotaries("deepseek_v2_rotary")),  # MLA
-    rope("deepseek_v3", "DeepseekV3ForCausalLM", rotary=rotaries("deepseek_v3_rotary")),  # MLA
+    rope("deepseek_v3", "DeepseekV3ForCausalLM", rotary=rotaries("mla_rotary")),  # MLA
     rope("diffllama", "DiffLlamaForCausalLM"),
     rope("dots1", "Dots1ForCausalLM"),
     rope("ernie4_5", "Ernie4_5ForCausalLM"),  # interleaved rotary pairs
@@ -71,6 +72,7 @@ TABLE: tuple[Family, ...] = (
     rope("glm", "GlmForCausalLM"),  # interleaved, partial rotary
     rope("glm4", "Glm4ForCausalLM"),
     rope("glm4_moe", "Glm4MoeForCausalLM", aliases=("sarvam_moe",)),
+    rope("glm4_moe_lite", "Glm4MoeLiteForCausalLM", rotary=rotaries("mla_rotary")),  # MLA
     learned("gpt2", "GPT2LMHeadModel", max_positions="n_positions", label="GPT-2", aliases=("gpt-sw3",)),
     learned("gpt_bigcode", "GPTBigCodeForCausalLM", max_positions="n_positions", label="GPTBigCode"),
     rope("gpt_neox", "GPTNeoXForCausalLM"),  # partial rotary
@@ -109,6 +111,7 @@ TABLE: tuple[Family, ...] = (
     rope("llama4_text", "Llama4ForCausalLM", rotary=rotaries("llama4_rotary")),  # chunked RoPE and global NoPE
     rope("mellum", "MellumForCausalLM"),  # one rotary base per layer type
     rope("mimo_v2_flash", "MiMoV2FlashForCausalLM"),  # learned sink logits on sliding layers, own KV heads there
+    rope("minicpm3", "MiniCPM3ForCausalLM", rotary=rotaries("mla_rotary")),  # MLA
     rope("minimax_m2", "MiniMaxM2ForCausalLM"),
     rope("ministral", "MinistralForCausalLM"),
     rope("ministral3", "Ministral3ForCausalLM", check_request=query_scale_by_position),
@@ -145,6 +148,7 @@ TABLE: tuple[Family, ...] = (
     rope("vaultgemma", "VaultGemmaForCausalLM"),
     # the model extends its table as the sequence grows; 4.x checks the 4D mask's width against the whole past
     sinusoidal("xglm", "XGLMForCausalLM", since=XGLM_4X),
+    rope("youtu", "YoutuForCausalLM", rotary=rotaries("mla_rotary")),  # MLA
     rope("zamba2", "Zamba2ForCausalLM", since=RECURRENT),  # Mamba 2 layers with shared attention blocks
 )
 
