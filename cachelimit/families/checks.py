@@ -38,14 +38,6 @@ NORM_AFTER_ROTATION = sinks_refused(
 )
 
 
-#: GPT-J and CodeGen rotate interleaved pairs read from a sinusoidal table, with an `apply_rotary_pos_emb(tensor, sin,
-#: cos)` of their own: not the (q, k, cos, sin) rotation cachelimit moves sink keys with.
-OWN_ROTATION_SIGNATURE = sinks_refused(
-    "its rotation (`apply_rotary_pos_emb(tensor, sin, cos)`, interleaved pairs from a sinusoidal table) is not the "
-    "(q, k, cos, sin) one cachelimit moves sink keys with"
-)
-
-
 def no_alibi(model, request) -> None:
     """Falcon serves its rotary configurations; those with `alibi=True` (Falcon-RW) are refused."""
     if getattr(model.config, "alibi", False):
@@ -62,26 +54,4 @@ def query_scale_by_position(model, request) -> None:
             f"`num_sink_tokens` is not served on {type(model).__name__} with llama_4_scaling_beta={beta}: it scales "
             "each query by its absolute position, which StreamingLLM's cache-relative positions would change. Use "
             "num_sink_tokens=0 (a plain window, which is exact)."
-        )
-
-
-def local_layers_in_window(model, request) -> None:
-    """GPT-Neo applies its local layers' window inside the attention, with a causal buffer indexed by key column
-    (not through the mask): exact while every layer keeps at most `window_size - 1` positions (a decode step then
-    reads at most `window_size` slots, a multi-token forward its keys in sequence order), and sinks, whose columns
-    sit apart from the window, would be hidden by it."""
-    config = model.config
-    if "local" not in config.attention_layers:
-        return
-    window = config.window_size
-    if request.limit > window - 1:
-        raise ValueError(
-            f"`cache_limit` must be at most window_size - 1 = {window - 1} on {type(model).__name__} (got "
-            f"{request.limit}): its local layers apply their window inside the attention by key index, which matches "
-            "the window's positions only while every layer keeps fewer positions than the window."
-        )
-    if request.sinks:
-        raise ValueError(
-            f"`num_sink_tokens` is not served on {type(model).__name__} with local layers: their window is applied "
-            "inside the attention by key index, which hides sink keys. Use num_sink_tokens=0 (a plain window)."
         )

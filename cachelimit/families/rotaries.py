@@ -14,7 +14,7 @@ from functools import partial
 import torch
 
 from ..core.rotary import RotaryShift
-from ..hf.compat import MLA_CACHES_LATENT, decoder_body
+from ..hf.compat import MLA_CACHES_LATENT, decoder_body, rotary_table
 from ..hf.layout import default_rotary_kinds, rotary_shift
 
 #: GPT-OSS rotates each head's two halves with tables of half its width
@@ -75,6 +75,32 @@ def base_rotary(model, kind: str | None) -> RotaryShift | None:
     )
     apply = sys.modules[type(rotary).__module__].apply_rotary_pos_emb
     return RotaryShift(rotary, apply, model.dtype, rotary.rope_type)
+
+
+def every_layer_rotates(model) -> list[str | None]:
+    """GPT-J and CodeGen: every layer rotates with the one table (before 5.24 it has no rotary module at the decoder
+    body for the default reading to find)."""
+    return [""] * model.config.num_hidden_layers
+
+
+def table_rotary(model, kind: str | None) -> RotaryShift | None:
+    """GPT-J and CodeGen: the rotary module returns `(sin, cos)` rows of a sinusoidal table, one entry per rotated
+    pair (interleaved), and `apply_rotary_pos_emb(tensor, sin, cos)` rotates one [batch, positions, heads, dims]
+    tensor; keys are cached as [batch, heads, positions, dims]. A table has rows for positions 0.. only (a negative
+    index would silently read its end), so a shift back by d reads row d with the sine negated."""
+    if kind is None:
+        return None
+    rows = rotary_table(model)
+    apply = sys.modules[type(model).__module__].apply_rotary_pos_emb
+
+    def cos_sin_at(probe, positions):
+        sin, cos = rows(probe, positions.abs())
+        return cos, sin * positions.sign().unsqueeze(-1).to(sin.dtype)
+
+    def rotate(query, key, cos, sin):
+        return query, apply(key.transpose(1, 2), sin, cos).transpose(1, 2)
+
+    return RotaryShift(cos_sin_at, rotate, model.dtype, "default", half_tables=True)
 
 
 def complex_rotary(model, kind: str | None, *, positions_first: bool, **options) -> RotaryShift | None:

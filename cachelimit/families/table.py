@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from .checks import NORM_AFTER_ROTATION, OWN_ROTATION_SIGNATURE, no_alibi, query_scale_by_position
+from .checks import NORM_AFTER_ROTATION, no_alibi, query_scale_by_position
 from .registry import Family, learned, no_positions, rope, sinusoidal
 
 
@@ -45,8 +45,14 @@ TABLE: tuple[Family, ...] = (
     rope("bamba", "BambaForCausalLM", since=RECURRENT),  # Mamba 2 layers and a few attention layers
     learned("biogpt", "BioGptForCausalLM", max_positions="max_position_embeddings", label="BioGPT"),
     rope("bitnet", "BitNetForCausalLM"),
-    # GPT-J and CodeGen: a rotary table of n_positions rows; sinks refused (their rotation has a signature of its own)
-    rope("codegen", "CodeGenForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE),
+    # GPT-J and CodeGen: interleaved pairs from a rotary table of n_positions rows, rotated as (tensor, sin, cos)
+    rope(
+        "codegen",
+        "CodeGenForCausalLM",
+        max_positions="n_positions",
+        rotary=rotaries("table_rotary"),
+        rotary_layers=rotaries("every_layer_rotates"),
+    ),
     rope("cohere", "CohereForCausalLM"),  # interleaved rotary pairs: its own apply_rotary_pos_emb moves them
     rope("cohere2", "Cohere2ForCausalLM", rotary_layers=rotaries("sliding_layers_rotate")),  # full layers are NoPE
     rope("cohere2_moe", "Cohere2MoeForCausalLM", rotary_layers=rotaries("cohere2_moe_layers_rotate")),
@@ -78,7 +84,14 @@ TABLE: tuple[Family, ...] = (
     rope("gpt_neox", "GPTNeoXForCausalLM"),  # partial rotary
     rope("gpt_neox_japanese", "GPTNeoXJapaneseForCausalLM"),  # partial rotary
     rope("gpt_oss", "GptOssForCausalLM", rotary=rotaries("half_tables")),  # learned per-head sink logits
-    rope("gptj", "GPTJForCausalLM", max_positions="n_positions", check_request=OWN_ROTATION_SIGNATURE, label="GPT-J"),
+    rope(
+        "gptj",
+        "GPTJForCausalLM",
+        max_positions="n_positions",
+        rotary=rotaries("table_rotary"),
+        rotary_layers=rotaries("every_layer_rotates"),
+        label="GPT-J",
+    ),
     rope("granite", "GraniteForCausalLM"),
     # Granite SWA: learned per-head sink logits on every layer, one rotary base per layer (0: NoPE)
     rope(

@@ -71,7 +71,10 @@ def rope_config(rope_parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def uses_rope(config) -> bool:
-    """Whether a model's config sets RoPE (5.x: `rope_parameters`; 4.x: `rope_theta`)."""
+    """Whether a model's config sets RoPE (5.x: `rope_parameters`; 4.x: `rope_theta`; GPT-J and CodeGen, whose
+    rotary table has a fixed base: `rotary_dim`, None for the whole head)."""
+    if hasattr(config, "rotary_dim"):
+        return True
     return getattr(config, "rope_parameters", None) is not None or getattr(config, "rope_theta", None) is not None
 
 
@@ -94,10 +97,29 @@ def rotaries_apart(model: torch.nn.Module) -> str | None:
     apart = ("rotary_emb_local", "local_rotary_emb") + (() if at_least("5.0.0") else ("rotary_embs",))
     if any(getattr(body, name, None) is not None for name in apart):
         return "one rotary module per layer type"
-    inside = any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
-    if not at_least("5.0.0") and getattr(body, "rotary_emb", None) is None and inside:
+    if at_least("5.0.0") or getattr(body, "rotary_emb", None) is not None:
+        return None
+    if any(name.endswith(".rotary_emb") for name, _ in model.named_modules()):
         return "a rotary module in each attention layer"
     return None
+
+
+# --- 5.24.0: GPT-J and CodeGen read their sinusoidal rotary table through one rotary module at the decoder body, which
+# returns (sin, cos); before, each attention layer held a copy of the table (`embed_positions`) and read it itself.
+def rotary_table(model: torch.nn.Module):
+    """`(probe, positions) -> (sin, cos)`: the rows of GPT-J's or CodeGen's rotary table at `positions` (>= 0)."""
+    rotary = getattr(decoder_body(model), "rotary_emb", None)
+    if rotary is not None:
+        return rotary
+    table = next(
+        m.embed_positions for m in model.modules() if isinstance(getattr(m, "embed_positions", None), torch.Tensor)
+    )
+
+    def sin_cos(probe: torch.Tensor, positions: torch.Tensor):
+        rows = table.to(positions.device)[positions].to(probe.dtype)
+        return rows.split(rows.shape[-1] // 2, dim=-1)
+
+    return sin_cos
 
 
 # --- 5.0.0: 4.x PhiMoE computes its rotary from the sequence length and builds its own window mask, 4.x Qwen2-MoE

@@ -1,5 +1,6 @@
 """GPT-J: the family oracles on windows (interleaved partial rotary, `rotary_dim` of the head, from a sinusoidal table
-of `n_positions` rows); sinks are refused before any token, since its rotation has a signature of its own."""
+of `n_positions` rows), sinks moved with its own (tensor, sin, cos) rotation (the table read where each
+release keeps it: `compat.rotary_table`)."""
 
 from __future__ import annotations
 
@@ -16,4 +17,3 @@ class GptjFamilyTest(FamilyOracleMixin, unittest.TestCase):
     tiny_config = {"n_embd": 32, "n_head": 4, "rotary_dim": 4, "n_positions": 256, "pad_token_id": 0}
     notes = "interleaved partial rotary from a table of `n_positions` rows"
     attention = ATTENTION if transformers.GPTJForCausalLM._supports_sdpa else ("eager",)  # 4.x: eager only
-    sink_refusal = "its rotation (`apply_rotary_pos_emb(tensor, sin, cos)`"
