@@ -15,7 +15,7 @@ from parameterized import parameterized
 from tests.common import left_padded_batch
 from tests.family_mixin import ATOL, ATTENTION, NEW, OracleHelpers
 from tests.reference import banded_logits, banded_visibility, extended_mask, generated_step_logits
-from tests.sink_mixin import SinkHelpers
+from tests.sink_helpers import SinkHelpers
 from tests.sink_reference import StreamingReference
 
 CHUNKED, FULL = "chunked_attention", "full_attention"

@@ -21,7 +21,7 @@ from cachelimit import BoundedCache
 from cachelimit.hf import compat
 from tests.common import ATTENTION, FamilyTestBase, build_tiny_model, expected_bytes, left_padded_batch
 from tests.reference import generated_step_logits, native_sliding_window_model
-from tests.sink_mixin import SinkHelpers
+from tests.sink_helpers import SinkHelpers
 
 ATOL = 1e-5
 NEW = 8

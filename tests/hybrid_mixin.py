@@ -15,7 +15,7 @@ from cachelimit import BoundedLayer
 from tests.common import kv_layout, left_padded_batch
 from tests.family_mixin import ATTENTION, NEW, OracleHelpers
 from tests.reference import generated_step_logits
-from tests.sink_mixin import SinkHelpers
+from tests.sink_helpers import SinkHelpers
 from tests.sink_reference import StreamingReference
 
 

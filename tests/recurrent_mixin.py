@@ -15,7 +15,7 @@ from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
 from tests.common import left_padded_batch
 from tests.family_mixin import ATTENTION, OracleHelpers
-from tests.sink_mixin import SinkHelpers
+from tests.sink_helpers import SinkHelpers
 
 
 def state_tensors(layer) -> list[torch.Tensor]:

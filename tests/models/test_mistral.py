@@ -7,7 +7,8 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from tests.bounded_mixin import NEW, BoundedGenerationTesterMixin
+from tests.bounded_helpers import NEW
+from tests.bounded_mixin import BoundedGenerationTesterMixin
 from tests.common import ATTENTION, left_padded_batch
 from tests.reference import native_sliding_window_model
 from tests.sink_mixin import NativeWindowSinkTesterMixin
