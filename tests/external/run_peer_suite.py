@@ -1,7 +1,7 @@
 """Run transformers' own model test suites against cachelimit, for every family it serves: the external test bed.
 
     python tests/external/run_peer_suite.py                      # every served family's file, all three modes
-    python tests/external/run_peer_suite.py --rotate 3 --rotate-limit 12 --batch   # CI: limit on 12 files, (a) on 3
+    python tests/external/run_peer_suite.py --rotate 3 --rotate-limit 10 --batch   # CI: limit on 10 files, (a) on 3
     python tests/external/run_peer_suite.py --models gpt2 --modes limit -- -x -k generate
 
 The suites are third-party (transformers' `tests/`, kept outside this repository: `--suite`, default
