@@ -107,7 +107,11 @@ REFUSALS = MappingProxyType(
         "git": "an image-to-text model whose text tokens attend to image tokens through one mask it builds itself",
         "glm_moe_dsa": INDEXED,
         "got_ocr2": multimodal("qwen2"),
-        "gpt_neo": "its local layers apply their window inside the attention, by key index (a causal buffer), not through the mask: not served yet",
+        "gpt_neo": (
+            "its local layers apply their window inside the attention, with a causal buffer indexed by a key's place "
+            "in the tensor, not through the mask: a bounded cache keeps keys in ring order, so the buffer would hide "
+            "the wrong keys, and its forward takes one mask for all layers, so the local ones cannot get their own"
+        ),
         "hrm_text": "it runs its layers several cycles per token, each cycle with a cache layer of its own "
         "(layer_idx + cycle_offset)",
         "hy_v4": INDEXED,
