@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import unittest
 import warnings
@@ -23,6 +24,18 @@ class SupportedRangeTest(unittest.TestCase):
         declared = re.search(r'"transformers([^"]+)"', (REPO / "setup.py").read_text()).group(1)
         self.assertEqual(SpecifierSet(declared), SpecifierSet(compat.SUPPORTED_RANGE))
         self.assertEqual(cachelimit.SUPPORTED_RANGE, compat.SUPPORTED_RANGE)
+
+    def test_the_ci_legs_read_the_same_range(self):
+        """tools/leg.py reads the range from the source, without importing cachelimit (it runs with any Python): the
+        values it reads are the package's."""
+        spec = importlib.util.spec_from_file_location("leg", REPO / "tools" / "leg.py")
+        leg = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(leg)
+        oldest, first_unsupported, excluded = leg.supported_range()
+        self.assertEqual(
+            (oldest, first_unsupported, excluded),
+            (compat.OLDEST_SUPPORTED, compat.FIRST_UNSUPPORTED, compat.EXCLUDED_SERIES),
+        )
 
     def test_readme_test_command_pins_a_supported_release(self):
         pins = re.findall(r"transformers==([0-9.]+)", (REPO / "README.md").read_text(encoding="utf-8"))

@@ -54,8 +54,8 @@ def readme_test_command() -> str:
 
 
 def supported_range() -> tuple[str, str, tuple[str, ...]]:
-    """(oldest supported, first unsupported, release series left out between them), from cachelimit/hf/compat.py."""
-    text = (REPO / "cachelimit" / "hf" / "compat.py").read_text(encoding="utf-8")
+    """(oldest supported, first unsupported, release series left out between them), from cachelimit/hf/releases.py."""
+    text = (REPO / "cachelimit" / "hf" / "releases.py").read_text(encoding="utf-8")
     oldest = re.search(r'OLDEST_SUPPORTED = "([^"]+)"', text).group(1)
     first_unsupported = re.search(r'FIRST_UNSUPPORTED = "([^"]+)"', text).group(1)
     excluded = tuple(re.findall(r'"(\d+\.\d+)"', re.search(r"EXCLUDED_SERIES = \(([^)]*)\)", text).group(1)))
