@@ -29,11 +29,14 @@ def _where(model, rotates: list[bool]) -> list[str | None]:
     return [kind if uses else None for kind, uses in zip(default_rotary_kinds(model), rotates, strict=True)]
 
 
+def _windowed(config) -> list[bool]:
+    """Per layer, whether it has a window: a sliding layer of a config with one."""
+    return [kind == SLIDING and config.sliding_window is not None for kind in config.layer_types]
+
+
 def sliding_layers_rotate(model) -> list[str | None]:
-    """Cohere 2, Flint: a layer rotates where it has a window (a sliding layer of a config with one); the full layers
-    carry no positions."""
-    config = model.config
-    return _where(model, [kind == SLIDING and config.sliding_window is not None for kind in config.layer_types])
+    """Cohere 2, Flint: a layer rotates where it has a window; the full layers carry no positions."""
+    return _where(model, _windowed(model.config))
 
 
 def local_layers_rotate(model) -> list[str | None]:
@@ -53,14 +56,18 @@ def cohere2_moe_layers_rotate(model) -> list[str | None]:
     is 1 (the attention's `force_rope`)."""
     config = model.config
     forced = [mlp == "dense" and config.prefix_dense_sliding_window_pattern == 1 for mlp in config.mlp_layer_types]
-    windowed = [kind == SLIDING and config.sliding_window is not None for kind in config.layer_types]
-    return _where(model, [a or b for a, b in zip(windowed, forced, strict=True)])
+    return _where(model, [a or b for a, b in zip(_windowed(config), forced, strict=True)])
+
+
+def _base_kind(theta) -> str:
+    """The rotary kind of the layers on RoPE base `theta` (Granite SWA), the same for an int and a float base."""
+    return repr(float(theta))
 
 
 def rotary_per_base(model) -> list[str | None]:
     """Granite SWA: each layer rotates with the rotary of its own base (`config.layer_rope_theta`, 0: NoPE), one
     module per distinct base in `model.base_model.rotary_embs`; the kind of a layer names its base."""
-    return [repr(float(theta)) if theta else None for theta in model.config.layer_rope_theta]
+    return [_base_kind(theta) if theta else None for theta in model.config.layer_rope_theta]
 
 
 def base_rotary(model, kind: str | None) -> RotaryShift | None:
@@ -71,7 +78,7 @@ def base_rotary(model, kind: str | None) -> RotaryShift | None:
     (rotary,) = (
         module
         for module in decoder_body(model).rotary_embs
-        if repr(float(module.config.rope_parameters["rope_theta"])) == kind
+        if _base_kind(module.config.rope_parameters["rope_theta"]) == kind
     )
     apply = sys.modules[type(rotary).__module__].apply_rotary_pos_emb
     return RotaryShift(rotary, apply, model.dtype, rotary.rope_type)

@@ -6,13 +6,18 @@ import unittest
 
 from tests.family_mixin import FamilyOracleMixin
 
-MLA = {
+#: the latent attention alone (MiniCPM 3, Youtu: no experts)
+MLA_ATTENTION = {
     "kv_lora_rank": 8,
     "qk_nope_head_dim": 8,
     "qk_rope_head_dim": 4,
     "head_dim": 4,  # the rotary size
     "v_head_dim": 6,
     "num_key_value_heads": 4,
+}
+#: with DeepSeek's experts and a dense first layer
+MLA = {
+    **MLA_ATTENTION,
     "n_routed_experts": 4,
     "n_shared_experts": 1,
     "moe_intermediate_size": 16,
