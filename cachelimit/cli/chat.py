@@ -157,7 +157,7 @@ def answer(conversation: Conversation, message: str, meter: KVMeter, label: str)
         except (ValueError, TypeError) as error:
             if streamer.generated:  # not a refusal: something failed mid-answer
                 raise
-            print(f"cachelimit: error: {one_line(error)} (/reset starts a new conversation)", file=sys.stderr)
+            print(f"cachelimit chat: error: {one_line(error)} (/reset starts a new conversation)", file=sys.stderr)
             return
         except KeyboardInterrupt:  # the second Ctrl-C: show what was written, then leave
             if streamer.generated:
