@@ -13,7 +13,7 @@ from parameterized import parameterized
 from cachelimit import BoundedLayer
 from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
-from tests.common import left_padded_batch
+from tests.common import left_padded_batch, returned_cache
 from tests.family_mixin import ATTENTION, OracleHelpers
 from tests.sink_helpers import SinkHelpers
 
@@ -43,7 +43,7 @@ class RecurrentOracleMixin(OracleHelpers, SinkHelpers):
         exactly, even where the bound cuts the attention layers (a recurrent state never sees the bound)."""
         model = self.build(layers=3)
         ids, mask = left_padded_batch([9, 5], seed=1)
-        bounded = self.generate(model, ids, mask, 40).past_key_values
+        bounded = returned_cache(self.generate(model, ids, mask, 40))
         native = compat.output_cache(self.generate(model, ids, mask, None))
         recurrent = [index for index, layer in enumerate(native.layers) if state_tensors(layer)]
         self.assertTrue(recurrent)

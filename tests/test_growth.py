@@ -26,9 +26,11 @@ from tests.common import (
     VOCAB,
     build_tiny_model,
     declared,
+    given_cache,
     kv_layout,
     left_padded_batch,
     not_served_here,
+    returned_cache,
     skip_where_sinks_are_refused,
     skip_where_the_family_refuses_sinks,
 )
@@ -166,7 +168,7 @@ class GrowthTesterMixin:
             logits = torch.stack(output.logits, 1)
             self.assert_sinks_match_reference(model, ids, mask, output, logits, limit, sinks)
             real = mask.sum(1) + new - 1  # the last token is never fed back
-            for kind, held in output.past_key_values.kept_lengths_by_type().items():
+            for kind, held in returned_cache(output).kept_lengths_by_type().items():
                 self.assertEqual(held.tolist(), real.clamp(max=kept[kind]).tolist(), kind)
             return
         with self.bytes_after_each_forward(model) as seen:
@@ -181,10 +183,10 @@ class GrowthTesterMixin:
         model = self.build()
         ids, mask = left_padded_batch([7, 3], seed=11)
         first = self.generate(model, ids, mask, 24, 4)  # 10 columns: the ring holds 11 of its 25 slots
-        bounded = next(layer for layer in first.past_key_values.layers if isinstance(layer, BoundedLayer))
+        bounded = next(layer for layer in returned_cache(first).layers if isinstance(layer, BoundedLayer))
         self.assertEqual(bounded.keys.shape[-2], ring_capacities([7, 1, 1, 1], 25)[-1])
         ext = extended_mask(mask, first.sequences)
-        second = self.generate(model, first.sequences, ext, 24, 26, past_key_values=first.past_key_values)
+        second = self.generate(model, first.sequences, ext, 24, 26, **given_cache(returned_cache(first)))
         whole = self.generate(model, ids, mask, 24, 30)
         self.assertTrue(torch.equal(second.sequences, whole.sequences))
         logits = torch.stack(first.logits + second.logits, 1)
@@ -198,7 +200,7 @@ class GrowthTesterMixin:
         extra = torch.randint(1, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
         prompt = torch.cat([first.sequences, extra], 1)
         prompt_mask = extended_mask(mask, prompt)
-        second = self.generate(model, prompt, prompt_mask, 12, 6, past_key_values=first.past_key_values)
+        second = self.generate(model, prompt, prompt_mask, 12, 6, **given_cache(returned_cache(first)))
         spans = [(0, ids.shape[1]), (first.sequences.shape[1] - 1, prompt.shape[1])]
         expected = generated_step_logits(model, second.sequences, prompt_mask, 12, full_attention_spans=spans)
         torch.testing.assert_close(torch.stack(second.logits, 1), expected, atol=ATOL, rtol=0)
@@ -212,14 +214,14 @@ class GrowthTesterMixin:
         first = self.generate(model, ids, mask, 40, 5, **options)
         full_mask = extended_mask(mask, first.sequences)
         index = torch.tensor([2, 0, 0, 1])
-        moved = self.generate(model, ids, mask, 40, 5, **options).past_key_values
+        moved = returned_cache(self.generate(model, ids, mask, 40, 5, **options))
         moved.batch_repeat_interleave(2)
         moved.reorder_cache(torch.tensor([4, 0, 1, 2]))  # rows 2, 0, 0, 1 of the original batch
         resumed = self.generate(
-            model, first.sequences[index], full_mask[index], 40, 12, past_key_values=moved, **options
+            model, first.sequences[index], full_mask[index], 40, 12, **given_cache(moved), **options
         )
         stayed = self.generate(
-            model, first.sequences, full_mask, 40, 12, past_key_values=first.past_key_values, **options
+            model, first.sequences, full_mask, 40, 12, **given_cache(returned_cache(first)), **options
         )
         self.assertTrue(torch.equal(resumed.sequences, stayed.sequences[index]))
         torch.testing.assert_close(
