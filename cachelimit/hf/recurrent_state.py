@@ -115,12 +115,12 @@ def check_multi_token_continuation(model, seen: int, width: int | None, chunk: i
     """Refuse (ValueError, before any token) a run that would read several tokens in a forward after the first on a
     model whose recurrent layers restart their state there. `seen`: tokens the given cache has read (0: none);
     `width`: columns of the inputs; `chunk`: `prefill_chunk_size`."""
-    if width is None or width - seen < 2 or not has_recurrent_layers(model.config):
+    if width is None or width - seen < 2:
         return
     longest = max(later_forward_widths(seen, width - seen, chunk), default=0)
-    if longest < 2:
+    if longest < 2 or not has_recurrent_layers(model.config):
         return
-    forwards = f"in chunks of up to {longest} tokens" if chunk is not None else "in one forward"
+    forwards = f"in chunks of {chunk} tokens" if chunk is not None else "in one forward"
     if seen:
         what = f"new text after a returned cache ({width - seen} tokens it has not read, {forwards})"
         remedy = "start a new generation over the whole text instead"
