@@ -3,6 +3,11 @@ Falcon-H1, Granite 4.0-H, Nemotron-H, LFM2): only the attention layers are bound
 transformers' own layer, holding exactly the state an unbounded run holds, so the whole model runs in constant memory
 once the attention window is full. The oracles of every family (`family_mixin`) run on these too: the banded
 reference hands the recurrent layers the padding mask, as `generate` does.
+
+Several tokens in a forward after the first (a chunked prefill, new text after a returned cache) are exact only where
+the recurrent layers carry their state into it: each family's bounded run there is refused with the reason where
+transformers' own run of it differs from its one-forward run (the layers restart their state: Jamba), and equals
+transformers' own one-forward run where it does not.
 """
 
 from __future__ import annotations
