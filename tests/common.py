@@ -191,6 +191,38 @@ def skip_where_the_family_refuses_sinks(test, family: str) -> None:
         test.skipTest(f"{family} refuses num_sink_tokens ({refusal}...), tested by its declaration")
 
 
+#: the reason a run that reads several tokens in a forward after the first (a chunked prefill, new text after a
+#: returned cache) is refused on a model whose recurrent layers restart their state there (its ValueError's words)
+RESTARTS = (
+    r"recurrent layers restart their .*state on a forward of several tokens after the first.*transformers itself"
+)
+
+
+def multi_token_refusal(model: torch.nn.Module) -> str | None:
+    """What refuses a chunked prefill or new text after a cache on `model` (a regex of the ValueError), or None where
+    it is served: the model's own recurrent layers restarting their state there (cachelimit's probe, itself checked
+    against transformers' own runs of every recurrent family by `tests/recurrent_mixin.py`), or a release whose
+    recurrent layers misapply the state they read."""
+    from cachelimit.hf.recurrent_state import has_recurrent_layers, restart_reason
+
+    if not has_recurrent_layers(model.config):
+        return None
+    if not compat.at_least(compat.RECURRENT_STATE_CARRIED):
+        return f"recurrent layers.*{compat.RECURRENT_STATE_CARRIED}"
+    return RESTARTS if restart_reason(model) is not None else None
+
+
+def refused_as_restarting(test, model: torch.nn.Module, run) -> bool:
+    """Where `model` refuses several tokens in a forward after the first, `run()` (such a run) must raise with the
+    reason, and the test has nothing more to compare (True); elsewhere nothing is run (False)."""
+    refusal = multi_token_refusal(model)
+    if refusal is None:
+        return False
+    with test.assertRaisesRegex(ValueError, refusal):
+        run()
+    return True
+
+
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:
     """Skip a sink test on a model whose sinks this transformers cannot serve (refused: `test_bad_input`)."""
     apart = compat.rotaries_apart(model)

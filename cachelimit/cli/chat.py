@@ -23,8 +23,10 @@ from collections.abc import Iterator
 import torch
 
 from ..families.patching import patch
-from ..hf.compat import CHUNKED_PREFILL_AFTER_A_CACHE, require
+from ..hf.compat import CHUNKED_PREFILL_AFTER_A_CACHE, RECURRENT_STATE_CARRIED, require
+from ..hf.recurrent_state import has_recurrent_layers, restart_reason
 from .conversation import Conversation, PlainTurns, StopRequest
+from .errors import CliError
 from .generate_command import load_for_run, one_line, run_options, window_label
 from .terminal import KVMeter, LiveTextStreamer, StatusLine, format_bytes, no_control_echo
 
@@ -168,6 +170,22 @@ def answer(conversation: Conversation, message: str, meter: KVMeter, label: str)
         status.finish(streamer.line())
 
 
+def check_turns_continue(model) -> None:
+    """Every turn after the first reads its new text after the cache in one forward (bounded or not): refuse, before
+    the first message, a model whose recurrent layers would compute that text wrongly (`hf.recurrent_state`)."""
+    if not has_recurrent_layers(model.config):
+        return
+    turns = "a chat on a model with recurrent layers (every turn after the first continues the cache with its text)"
+    require(turns, RECURRENT_STATE_CARRIED)
+    reason = restart_reason(model)
+    if reason is not None:
+        raise CliError(
+            f"this model cannot chat: every turn after the first reads its new text after the cache in one forward, "
+            f"and {reason}; use `cachelimit generate` for one prompt at a time",
+            code=2,
+        )
+
+
 def chat_command(args: argparse.Namespace) -> int:
     """Chat with MODEL until the end of input; see the module docstring."""
     if args.prefill_chunk_size is not None and args.cache_limit is not None:
@@ -176,6 +194,7 @@ def chat_command(args: argparse.Namespace) -> int:
             CHUNKED_PREFILL_AFTER_A_CACHE,
         )
     model, tokenizer, family, header = load_for_run(args)
+    check_turns_continue(model)
     options, label = run_options(args, model, tokenizer), window_label(args)
     patch(family)
     torch.manual_seed(args.seed)
