@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MODES = ("unpatched", "patched", "limit", "limit-cut")
-#: mode -> the `cache_limit` every `generate` that does not choose its cache gets (`$CACHELIMIT_PEER_LIMIT` overrides).
-#: `limit`: longer than any test's sequence (the testers' prompts are 7 tokens, the longest run 7 + 20), so the bound
-#: never cuts and every result must be transformers' own. `limit-cut`: shorter than every tester's prompt (7 tokens,
-#: the causal-LM testers' `seq_length`; gpt2's and the others' too), so every call is cut in the prefill already and
-#: again at each new token: what must then hold is that two generation paths of the same bounded model agree.
+#: mode -> the `cache_limit` every `generate` that does not choose its cache gets (the runner passes it to the plugin
+#: as `$CACHELIMIT_PEER_LIMIT`; `--cut-limit` changes limit-cut's). `limit`: longer than any test's sequence (the
+#: testers' prompts are 7 to 96 tokens, a few dozen new ones at most; a call that grows past it fails the run), so the
+#: bound never cuts and every result must be transformers' own. `limit-cut`: shorter than every tester's prompt (7
+#: tokens, the text testers' `seq_length`, the shortest), so every call is cut in the prefill already and again at
+#: each new token: what must then hold is that two generation paths of the same bounded model agree.
 DEFAULT_LIMITS = {"limit": 4096, "limit-cut": 4}
 REPO = Path(__file__).resolve().parents[2]
 
