@@ -60,6 +60,12 @@ CUT: dict[str, str] = {
         "only up to the first differing token, so it passes where the tiny model's greedy tokens coincide anyway "
         "(Llama) and fails where they do not (Mistral)"
     ),
+    "test_generate_with_and_without_cache": (
+        "Nemotron-H's own test: compares `generate(use_cache=True)`, which the default limit bounds (5 + 5 positions), "
+        "with `use_cache=False` (a call that chooses its cache: none, every step a full forward over the whole "
+        "sequence, unbounded); with the bound cutting the two attend over different spans, so their tokens differ "
+        "(measured: it fails with cache_limit=4; it passes in `limit`, where nothing is cut)"
+    ),
 }
 
 #: test name (exact, any model file) -> the two generation paths it compares (`limit-cut`: required to pass)
