@@ -37,7 +37,7 @@ class RotationTest(unittest.TestCase):
         for mode in ("unpatched", "patched"):
             self.assertEqual([family for family, m in runs if m == mode], ["f00", "f01", "f02"])
         self.assertEqual(runs[:3], [("f00", "unpatched"), ("f00", "patched"), ("f00", "limit")])
-        self.assertEqual(len(plan.plan(self.FAMILIES, plan.MODES, None, day=0)), 33)
+        self.assertEqual(len(plan.plan(self.FAMILIES, plan.MODES, None, day=0)), len(plan.MODES) * len(self.FAMILIES))
 
     def test_limit_rotates_on_its_own_when_asked(self):
         runs = plan.plan(self.FAMILIES, plan.MODES, 3, day=1, rotate_limit=5)
@@ -46,9 +46,36 @@ class RotationTest(unittest.TestCase):
         days = [{family for family, _ in plan.plan(self.FAMILIES, ["limit"], None, day, 5)} for day in range(3)]
         self.assertEqual(set.union(*days), set(self.FAMILIES))
 
+    def test_cut_rotates_on_its_own_when_asked(self):
+        runs = plan.plan(self.FAMILIES, plan.MODES, 3, day=1, rotate_limit=5, rotate_cut=2)
+        self.assertEqual([family for family, mode in runs if mode == "limit-cut"], ["f02", "f03"])
+        self.assertEqual([family for family, mode in runs if mode == "limit"], ["f05", "f06", "f07", "f08", "f09"])
+        every = plan.plan(self.FAMILIES, ["limit-cut"], 3, day=1, rotate_limit=5)
+        self.assertEqual([family for family, _ in every], self.FAMILIES)
+        days = [
+            {family for family, _ in plan.plan(self.FAMILIES, ["limit-cut"], None, day, None, 2)} for day in range(6)
+        ]
+        self.assertEqual(set.union(*days), set(self.FAMILIES))
+
     def test_batches_one_pytest_per_mode_or_per_file(self):
-        runs = plan.plan(["a", "b", "c"], plan.MODES, 1, day=1)
+        runs = plan.plan(["a", "b", "c"], plan.MODES, 1, day=1, rotate_cut=2)
         self.assertEqual(plan.batches(runs, batch=False), [(mode, [family]) for family, mode in runs])
-        expected = [("unpatched", ["b"]), ("patched", ["b"]), ("limit", ["a", "b", "c"])]
+        expected = [("unpatched", ["b"]), ("patched", ["b"]), ("limit", ["a", "b", "c"]), ("limit-cut", ["a", "c"])]
         self.assertEqual(plan.batches(runs, batch=True), expected)
         self.assertEqual(plan.batches([], batch=True), [])
+
+
+class DefaultLimitsTest(unittest.TestCase):
+    """`limit` must never cut the testers' sequences and `limit-cut` must cut every one, prefill included: read
+    from the testers' shared defaults where the installed transformers has them (5.x)."""
+
+    def test_limit_never_cuts_and_limit_cut_cuts_every_prompt(self):
+        from transformers import testing_utils
+
+        defaults = getattr(testing_utils, "_TEXT_MODEL_TESTER_DEFAULTS", None)
+        if defaults is None:
+            self.skipTest("this transformers has no shared text-model tester defaults")
+        self.assertEqual(set(plan.DEFAULT_LIMITS), set(plan.MODES) - {"unpatched", "patched"})
+        self.assertGreaterEqual(plan.DEFAULT_LIMITS["limit"], defaults["max_position_embeddings"])
+        self.assertLess(plan.DEFAULT_LIMITS["limit-cut"], defaults["seq_length"])
+        self.assertGreaterEqual(plan.DEFAULT_LIMITS["limit-cut"], 1)

@@ -16,6 +16,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
+import torch
 from transformers import DynamicCache, GenerationConfig
 
 import cachelimit
@@ -30,7 +31,7 @@ SUITE = REPO.parent / "shared" / "peer-suite" / "transformers-tests"
 
 
 plugin, plan, reasons = external("peer_plugin"), external("peer_plan"), external("peer_reasons")
-runner = external("run_peer_suite")
+runner, checks = external("run_peer_suite"), external("peer_checks")
 
 
 def fake_suite(root: Path, families) -> Path:
@@ -57,9 +58,25 @@ class DefaultLimitTest(unittest.TestCase):
         with mock.patch.dict(plugin.CALLS, clear=True):
             cache = self.first_cache()
             self.first_cache(cache_limit=3)
-            self.assertEqual(plugin.CALLS, {"llama": [1, 1]})  # counted: a limit run that bounds nothing fails
+            self.assertEqual(plugin.CALLS, {"llama": [1, 1, 0]})  # counted: a limit run that bounds nothing fails
         self.assertIsInstance(cache, BoundedCache)
         self.assertEqual(cache.policy.limit, plugin.LIMIT)
+
+    def test_calls_the_limit_cut_are_counted(self):
+        # the batch's prompt is 4 wide, 2 new tokens: 6 positions; a limit of 5 cuts at the last step, 6 never
+        for limit, cut in [(5, 1), (6, 0), (4096, 0)]:
+            with mock.patch.dict(plugin.CALLS, clear=True), mock.patch.object(plugin, "LIMIT", limit):
+                self.assertEqual(self.first_cache().policy.limit, limit)
+                self.first_cache(cache_limit=3)  # its own limit: not the default's to count
+                self.assertEqual(plugin.CALLS, {"llama": [1, 1, cut]}, limit)
+
+    def test_sequence_length_counts_the_prompt_however_given(self):
+        ids, embeds, new = torch.zeros(2, 7, dtype=torch.long), torch.zeros(2, 7, 8), torch.zeros(2, 3)
+        self.assertEqual(plugin.sequence_length(ids, {}, torch.zeros(2, 10)), 10)
+        self.assertEqual(plugin.sequence_length(None, {"input_ids": ids}, mock.Mock(sequences=new)), 7)
+        self.assertEqual(plugin.sequence_length(None, {"inputs_embeds": embeds}, mock.Mock(sequences=new)), 10)
+        both = {"input_ids": ids, "inputs_embeds": embeds}
+        self.assertEqual(plugin.sequence_length(None, both, torch.zeros(2, 10)), 10)  # ids given: the prompt is in
 
     def test_calls_that_choose_their_cache_keep_it(self):
         given = DynamicCache(config=self.model.config)
@@ -73,6 +90,8 @@ class DefaultLimitTest(unittest.TestCase):
 class NamedListsTest(unittest.TestCase):
     def entries(self):
         yield from reasons.SKIPS.items()
+        yield from reasons.CUT.items()
+        yield from reasons.CROSS_PATH.items()
         yield from reasons.VACUOUS.items()
         for family, tests in reasons.BASELINE.items():
             yield from ((f"{family}::{name}", reason) for name, reason in tests.items())
@@ -97,11 +116,30 @@ class NamedListsTest(unittest.TestCase):
         self.assertIsNone(plugin.skip_reason("test_assisted_decoding_matches_greedy_search_with_sampling"))
         self.assertIsNone(plugin.skip_reason("test_left_padding_compatibility"))
 
+    def test_each_list_applies_in_its_modes(self):
+        skipped, cut = next(iter(reasons.SKIPS)), next(iter(reasons.CUT))
+        for mode in plan.MODES:
+            bounded = mode in plan.DEFAULT_LIMITS
+            self.assertEqual(plugin.skip_reason(skipped, mode), reasons.SKIPS[skipped] if bounded else None, mode)
+            self.assertEqual(plugin.cut_reason(cut, mode), reasons.CUT[cut] if mode == "limit-cut" else None, mode)
+
+    def test_cross_path_tests_are_never_named_away(self):
+        for name in reasons.CROSS_PATH:
+            self.assertEqual(plugin.cross_path(name), reasons.CROSS_PATH[name])
+            for listed in (reasons.SKIPS, reasons.CUT, *reasons.BASELINE.values()):
+                self.assertIsNone(reasons.match(name, listed), name)
+            self.assertNotIn(name, reasons.VACUOUS)  # matched exactly (its variants are other tests)
+        self.assertIsNone(plugin.cross_path("test_generate_from_inputs_embeds"))  # the vacuous base name: exact only
+
     @unittest.skipUnless(SUITE.is_dir(), f"transformers' test suite is not at {SUITE} on this machine")
     def test_entries_name_tests_of_the_suite(self):
         mixins = [*SUITE.glob("tests/*.py"), *SUITE.glob("tests/generation/*.py")]
         defined = set(re.findall(r"def (test_\w+)\(", "".join(path.read_text(encoding="utf-8") for path in mixins)))
         self.assertLessEqual({*reasons.SKIPS, *reasons.VACUOUS}, defined)
+        files = "".join(path.read_text(encoding="utf-8") for path in SUITE.glob("tests/models/*/test_modeling_*.py"))
+        self.assertLessEqual(set(reasons.CUT), defined | set(re.findall(r"def (test_\w+)\(", files)))  # a file's own
+        for name in reasons.CROSS_PATH:  # a `parameterized.expand` variant: its base is defined
+            self.assertIn(re.sub(r"_\d+_\w+$", "", name), defined, name)
         for family in [*reasons.BASELINE, *reasons.FILES]:
             self.assertTrue((SUITE / plan.suite_file(family)).is_file(), family)
         for family, tests in reasons.BASELINE.items():
@@ -116,6 +154,8 @@ class NamedListsTest(unittest.TestCase):
 FAKE_FILE = """
 import unittest
 
+import pytest
+
 class FakeModelTest(unittest.TestCase):
     def test_plain(self): pass
     def test_returns_a_function(self): return lambda: None
@@ -123,30 +163,48 @@ class FakeModelTest(unittest.TestCase):
     def test_listed(self): raise AssertionError("the snapshot's own failure")
     def test_listed_passes(self): pass
     def test_greedy_generate_dict_outputs_use_cache(self): pass
+    def test_generate_cut_changes_it(self): raise AssertionError("a bounded run compared with an unbounded one")
+    @pytest.mark.generate
+    def test_marked_decoding(self): pass
 """
 FAKE_CONFTEST = """
+import os
 import peer_reasons
 
 peer_reasons.BASELINE["llama"] = {"test_listed": "fails unpatched", "test_listed_passes": "stale entry"}
+peer_reasons.CUT.clear()
+peer_reasons.CUT["test_generate_cut_changes_it"] = "compares with an unbounded run"
+if os.environ.get("FAKE_CROSS_PATH_NAMED_AWAY"):
+    peer_reasons.CROSS_PATH["test_generate_cut_changes_it"] = "named in CUT: refused"
 """
 
 
 class PluginRunTest(unittest.TestCase):
     """The plugin in a real pytest run of a fake model file: what each list does to a test's outcome."""
 
-    def outcomes(self, mode):
+    def outcomes(self, mode, **environment):
+        return self.run_fake(mode, **environment)[0]
+
+    def run_fake(self, mode, **environment):
+        """(test -> outcome, pytest's output) of the fake file in `mode`."""
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "conftest.py").write_text(FAKE_CONFTEST)
             fake_suite(root, ["llama"])
             (root / plan.suite_file("llama")).write_text(FAKE_FILE)
             path = os.pathsep.join([str(EXTERNAL), str(REPO)])
-            env = {**os.environ, "PYTHONPATH": path, "CACHELIMIT_PEER_MODE": mode, "HF_HUB_OFFLINE": "1"}
+            env = {
+                **os.environ,
+                "PYTHONPATH": path,
+                "CACHELIMIT_PEER_MODE": mode,
+                "HF_HUB_OFFLINE": "1",
+                **environment,
+            }
             command = [sys.executable, "-m", "pytest", "-p", "peer_plugin", "-p", "no:cacheprovider", "-p", "no:xdist"]
             command += ["-q", f"--junitxml={root / 'out.xml'}", plan.suite_file("llama")]
-            subprocess.run(command, cwd=root, env=env, capture_output=True, timeout=300)
-            found = runner.outcomes(root / "out.xml")
-        return {test.split("::")[-1]: outcome for test, outcome in found.items()}
+            done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+            found = runner.outcomes(root / "out.xml") if (root / "out.xml").exists() else {}
+        return {test.split("::")[-1]: outcome for test, outcome in found.items()}, done.stdout + done.stderr
 
     def test_each_list_marks_what_it_names(self):
         expected = {
@@ -155,11 +213,28 @@ class PluginRunTest(unittest.TestCase):
             "test_prompt_lookup_decoding_matches_greedy_search": "xfailed",  # VACUOUS
             "test_listed": "xfailed",  # BASELINE
             "test_listed_passes": "failed",  # BASELINE entry that passes: XPASS(strict)
-            "test_greedy_generate_dict_outputs_use_cache": "passed",  # SKIPS: limit mode only
+            "test_greedy_generate_dict_outputs_use_cache": "passed",  # SKIPS: bounded modes only
+            "test_generate_cut_changes_it": "failed",  # CUT: limit-cut only
+            "test_marked_decoding": "passed",
         }
         self.assertEqual(self.outcomes("unpatched"), expected)
         expected["test_greedy_generate_dict_outputs_use_cache"] = "skipped"
         self.assertEqual(self.outcomes("limit"), expected)
+        expected["test_generate_cut_changes_it"] = "skipped"
+        self.assertEqual(self.outcomes("limit-cut", CACHELIMIT_PEER_CUT_TESTS="all"), expected)
+        generation = (
+            "test_greedy_generate_dict_outputs_use_cache",
+            "test_generate_cut_changes_it",
+            "test_marked_decoding",
+        )
+        self.assertEqual(
+            self.outcomes("limit-cut"), {name: expected[name] for name in generation}
+        )  # the others: limit's
+
+    def test_a_cross_path_test_named_away_is_refused(self):
+        found, output = self.run_fake("limit-cut", FAKE_CROSS_PATH_NAMED_AWAY="1")
+        self.assertEqual(found, {})  # nothing ran
+        self.assertIn("test_generate_cut_changes_it is a cross-path test (required to pass) and named in", output)
 
 
 class DiscoveryTest(unittest.TestCase):
@@ -233,27 +308,48 @@ class ChecksTest(unittest.TestCase):
 
     def test_calls_are_summed_over_the_workers(self):
         with tempfile.TemporaryDirectory() as tmp:
-            Path(tmp, "gw0.json").write_text('{"llama": [3, 1], "gpt2": [2, 0]}')
-            Path(tmp, "gw1.json").write_text('{"llama": [4, 0]}')
-            self.assertEqual(runner.read_calls(Path(tmp)), {"llama": [7, 1], "gpt2": [2, 0]})
+            Path(tmp, "gw0.json").write_text('{"llama": [3, 1, 2], "gpt2": [2, 0, 0]}')
+            Path(tmp, "gw1.json").write_text('{"llama": [4, 0, 1]}')
+            self.assertEqual(runner.read_calls(Path(tmp)), {"llama": [7, 1, 3], "gpt2": [2, 0, 0]})
 
     def test_any_failure_or_difference_fails_the_run(self):
         good = {"t::a": "passed", "t::b": "xfailed", "t::c": "skipped"}
-        self.assertTrue(runner.checks({("gpt2", "unpatched"): good, ("gpt2", "patched"): dict(good)})[1])
-        self.assertTrue(runner.checks({("gpt2", "limit"): good}, {"gpt2": [3, 1]})[1])
-        self.assertFalse(runner.checks({("gpt2", "limit"): good}, {"gpt2": [0, 4], "llama": [3, 0]})[1])
+        self.assertTrue(checks.checks({("gpt2", "unpatched"): good, ("gpt2", "patched"): dict(good)})[1])
+        self.assertTrue(checks.checks({("gpt2", "limit"): good}, {("gpt2", "limit"): [3, 1, 0]})[1])
+        for calls in [{("gpt2", "limit"): [0, 4, 0], ("llama", "limit"): [3, 0, 0]}, {("gpt2", "limit"): [3, 1, 1]}]:
+            self.assertFalse(checks.checks({("gpt2", "limit"): good}, calls)[1], calls)  # bounded none; one cut
         for results in [
             {("gpt2", "limit"): {**good, "t::d": "failed"}},  # (b)
             {("gpt2", "unpatched"): {**good, "t::d": "error"}},  # a baseline failure without a reason
             {("gpt2", "unpatched"): good, ("gpt2", "patched"): {**good, "t::c": "passed"}},  # (a)
             {("gpt2", "limit"): {"t::c": "skipped"}},  # nothing passed: nothing was checked
         ]:
-            lines, ok = runner.checks(results)
+            lines, ok = checks.checks(results)
+            self.assertFalse(ok, lines)
+
+    def test_limit_cut_needs_a_cut_and_every_cross_path_test_passing(self):
+        greedy, embeds, beam = (f"t::{name}" for name in list(reasons.CROSS_PATH)[:3])
+        good = {"t::a": "passed", greedy: "passed", embeds: "skipped"}  # skipped by the suite itself: allowed
+        cut = {("gpt2", "limit-cut"): [3, 1, 2]}
+        lines, ok = checks.checks({("gpt2", "limit-cut"): good}, cut)
+        self.assertTrue(ok, lines)
+        self.assertIn("(c) gpt2 limit-cut: cross-path tests 1 passed, 1 skipped by the suite, 0 not passed", lines)
+        for results, calls in [
+            (good, {("gpt2", "limit-cut"): [3, 1, 0]}),  # nothing cut
+            ({**good, greedy: "skipped"}, cut),  # no two paths compared
+            ({**good, beam: "xfailed"}, cut),  # a cross-path test named away (a BASELINE entry) is not a pass
+            ({**good, beam: "failed"}, cut),
+        ]:
+            lines, ok = checks.checks({("gpt2", "limit-cut"): results}, calls)
             self.assertFalse(ok, lines)
 
     def test_named_lists_are_printed_with_their_reasons(self):
         with mock.patch.dict(reasons.BASELINE, {"llama": {"test_x": "the snapshot's own reason"}}):
-            lines = "\n".join(runner.named_lists(["gpt2", "llama"], ["limit"]))
+            lines = "\n".join(checks.named_lists(["gpt2", "llama"], ["limit"]))
+            cut = "\n".join(checks.named_lists(["gpt2"], ["limit-cut"]))
         for name, reason in [*reasons.SKIPS.items(), *reasons.VACUOUS.items()]:
             self.assertIn(f"{name}: {reason}", lines)
+        for name, reason in [*reasons.SKIPS.items(), *reasons.CUT.items(), *reasons.CROSS_PATH.items()]:
+            self.assertIn(f"{name}: {reason}", cut)
+        self.assertNotIn(next(iter(reasons.CUT)), lines)
         self.assertIn("llama: test_x: the snapshot's own reason", lines)

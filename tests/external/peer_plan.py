@@ -7,10 +7,11 @@ is printed as such, never dropped silently.
 
 The rotation (with `batches`) keeps CI's time bounded as families are added: `unpatched` and `patched`
 (condition (a), which needs both) run on `size` consecutive files of the sorted list, starting at `day * size`
-(wrapping), where `day` is the UTC date as days since 1970-01-01, and `limit` (the bounded path) on every file or,
-once there are too many for CI's budget, on its own, larger rotation. Consecutive days take adjacent windows, so
-every file is run within ceil(files / size) days, and one day's choice is the same on every machine (`--day`
-reproduces another's).
+(wrapping), where `day` is the UTC date as days since 1970-01-01, `limit` (the bounded path, a bound that never
+cuts) on every file or, once there are too many for CI's budget, on its own, larger rotation, and `limit-cut` (a
+bound that cuts every prompt) on a third one of its own. Consecutive days take adjacent windows, so every file is
+run within ceil(files / size) days, and one day's choice is the same on every machine (`--day` reproduces
+another's).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("unpatched", "patched", "limit")
+MODES = ("unpatched", "patched", "limit", "limit-cut")
+#: mode -> the `cache_limit` every `generate` that does not choose its cache gets (the runner passes it to the plugin
+#: as `$CACHELIMIT_PEER_LIMIT`; `--cut-limit` changes limit-cut's). `limit`: longer than any test's sequence (the
+#: testers' prompts are 7 to 96 tokens, a few dozen new ones at most; a call that grows past it fails the run), so the
+#: bound never cuts and every result must be transformers' own. `limit-cut`: shorter than every tester's prompt (7
+#: tokens, the text testers' `seq_length`, the shortest), so every call is cut in the prefill already and again at
+#: each new token: what must then hold is that two generation paths of the same bounded model agree.
+DEFAULT_LIMITS = {"limit": 4096, "limit-cut": 4}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -93,16 +101,20 @@ def rotation(families: list[str], size: int, day: int) -> list[str]:
 
 
 def plan(
-    families: list[str], modes: Iterable[str], rotate: int | None, day: int, rotate_limit: int | None = None
+    families: list[str],
+    modes: Iterable[str],
+    rotate: int | None,
+    day: int,
+    rotate_limit: int | None = None,
+    rotate_cut: int | None = None,
 ) -> list[tuple[str, str]]:
     """(family, mode) runs in order: every mode on every family, or, with `rotate`, `unpatched`/`patched` only on
-    that day's rotation of `rotate` files, and with `rotate_limit`, `limit` only on its rotation of that many."""
+    that day's rotation of `rotate` files, with `rotate_limit`, `limit` only on its rotation of that many, and with
+    `rotate_cut`, `limit-cut` only on its rotation of that many."""
     modes = [mode for mode in MODES if mode in set(modes)]
-    compared = set(families if rotate is None else rotation(families, rotate, day))
-    bounded = set(families if rotate_limit is None else rotation(families, rotate_limit, day))
-    return [
-        (family, mode) for family in families for mode in modes if family in (bounded if mode == "limit" else compared)
-    ]
+    sizes = {"unpatched": rotate, "patched": rotate, "limit": rotate_limit, "limit-cut": rotate_cut}
+    chosen = {mode: set(families if sizes[mode] is None else rotation(families, sizes[mode], day)) for mode in modes}
+    return [(family, mode) for family in families for mode in modes if family in chosen[mode]]
 
 
 def batches(runs: list[tuple[str, str]], batch: bool) -> list[tuple[str, list[str]]]:

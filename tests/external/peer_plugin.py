@@ -9,12 +9,17 @@ Loaded with `-p peer_plugin` by `run_peer_suite.py`; the mode comes from `CACHEL
   `cache_limit=CACHELIMIT_PEER_LIMIT` (4096: longer than any test's sequence, so the bound never cuts and the
   results must equal transformers' own). Calls that choose their cache (`past_key_values`, `cache_implementation`,
   `use_cache=False`, assisted decoding, an attention implementation cachelimit refuses) keep it: those
-  combinations are documented refusals, tested in cachelimit's own suite.
+  combinations are documented refusals, tested in cachelimit's own suite;
+- `limit-cut`: the same with a limit that cuts every prompt (4, `peer_plan.DEFAULT_LIMITS`): the results are no
+  longer transformers' own, but two generation paths of the bounded model (`peer_reasons.CROSS_PATH`) must agree.
+  Only the generation tests run (`generation_test`; `CACHELIMIT_PEER_CUT_TESTS=all` runs every test): a test
+  that never calls `generate` has the outcome it has in `limit`, where it already ran.
 
-In `limit` mode the tests in `peer_reasons.SKIPS` are skipped by name, each with its reason; in every mode the
-tests in `peer_reasons.BASELINE` (the suite's own failures on the installed release) and `peer_reasons.VACUOUS`
-(tests that would pass without running) are strict expected failures. A test method that returns a value fails:
-unittest only warns, and such a "pass" has checked nothing.
+In both bounded modes the tests in `peer_reasons.SKIPS` are skipped by name, each with its reason, and in
+`limit-cut` the tests in `peer_reasons.CUT` too (a cutting bound changes what they compare by design); in every
+mode the tests in `peer_reasons.BASELINE` (the suite's own failures on the installed release) and
+`peer_reasons.VACUOUS` (tests that would pass without running) are strict expected failures. A test method that
+returns a value fails: unittest only warns, and such a "pass" has checked nothing.
 """
 
 from __future__ import annotations
@@ -25,15 +30,18 @@ import os
 from pathlib import Path
 
 import pytest
-from peer_reasons import BASELINE, SKIPS, VACUOUS, match
+import torch
+from peer_plan import DEFAULT_LIMITS, MODES
+from peer_reasons import BASELINE, CROSS_PATH, CUT, SKIPS, VACUOUS, match
 
 MODE = os.environ.get("CACHELIMIT_PEER_MODE", "unpatched")
-LIMIT = int(os.environ.get("CACHELIMIT_PEER_LIMIT", "4096"))
+LIMIT = int(os.environ.get("CACHELIMIT_PEER_LIMIT", DEFAULT_LIMITS.get(MODE, DEFAULT_LIMITS["limit"])))
 #: what unittest warns when a test method returns a value (its body may never have run); made an error below
 RETURNS_A_VALUE = "It is deprecated to return a value that is not None from a test case"
 _ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
-#: limit mode: model_type -> [generate calls given the default limit, calls that chose their cache]; written to
-#: `$CACHELIMIT_PEER_CALLS/<worker>.json` at the end, so that the runner can tell a limit run that bounded nothing
+#: bounded modes: model_type -> [generate calls given the default limit, calls that chose their cache, calls given
+#: the default limit whose sequence grew past it (the bound cut)]; written to `$CACHELIMIT_PEER_CALLS/<worker>.json`
+#: at the end, so that the runner can tell a run that bounded nothing, or a `limit-cut` run that cut nothing
 CALLS: dict[str, list[int]] = {}
 
 
@@ -54,14 +62,32 @@ def _chooses_its_cache(model, generation_config, kwargs) -> bool:
     return False
 
 
+def sequence_length(inputs, kwargs, output) -> int:
+    """The longest sequence a call held: its prompt (ids or embeddings, however passed) or what it returned (ids,
+    which leave out a prompt given as embeddings only, hence both)."""
+    lengths = [0]
+    for given in (inputs, kwargs.get("input_ids"), kwargs.get("inputs_embeds")):
+        if isinstance(given, torch.Tensor) and given.dim() >= 2:
+            lengths.append(given.shape[1])
+    sequences = getattr(output, "sequences", output)
+    if isinstance(sequences, torch.Tensor) and sequences.dim() == 2:
+        embeds = kwargs.get("inputs_embeds")
+        only_embeds = inputs is None and kwargs.get("input_ids") is None and isinstance(embeds, torch.Tensor)
+        lengths.append(sequences.shape[1] + (embeds.shape[1] if only_embeds else 0))
+    return max(lengths)
+
+
 def _with_default_limit(generate):
     @functools.wraps(generate)
     def wrapper(self, inputs=None, generation_config=None, *args, **kwargs):
         chooses = _chooses_its_cache(self, generation_config, kwargs)
         if not chooses:
             kwargs["cache_limit"] = LIMIT
-        CALLS.setdefault(self.config.model_type, [0, 0])[chooses] += 1
-        return generate(self, inputs, generation_config, *args, **kwargs)
+        counts = CALLS.setdefault(self.config.model_type, [0, 0, 0])
+        counts[chooses] += 1
+        output = generate(self, inputs, generation_config, *args, **kwargs)
+        counts[2] += not chooses and sequence_length(inputs, kwargs, output) > LIMIT
+        return output
 
     wrapper.__wrapped_by_peer_plugin__ = True
     return wrapper
@@ -71,20 +97,30 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("filterwarnings", f"error:{RETURNS_A_VALUE}:DeprecationWarning")
     if MODE == "unpatched":
         return
-    if MODE not in ("patched", "limit"):
-        raise pytest.UsageError(f"CACHELIMIT_PEER_MODE must be unpatched, patched or limit, got {MODE!r}")
+    if MODE not in MODES:
+        raise pytest.UsageError(f"CACHELIMIT_PEER_MODE must be one of {', '.join(MODES)}, got {MODE!r}")
     import cachelimit
 
     cachelimit.patch()
-    if MODE == "limit":
+    if MODE in DEFAULT_LIMITS:
         for family in cachelimit.FAMILIES.values():
             for cls in family.model_classes if family.available else ():  # patch() left out what this release lacks
                 cls.generate = _with_default_limit(cls.__dict__["generate"])
 
 
-def skip_reason(name: str) -> str | None:
-    """Why `name` is skipped in `limit` mode (`SKIPS`, parameterized variants included), or None."""
-    return match(name, SKIPS)
+def skip_reason(name: str, mode: str = "limit") -> str | None:
+    """Why `name` is skipped in `mode` (`SKIPS` in the bounded modes, parameterized variants included), or None."""
+    return match(name, SKIPS) if mode in DEFAULT_LIMITS else None
+
+
+def cut_reason(name: str, mode: str = "limit-cut") -> str | None:
+    """Why `name` is skipped in `mode` (`CUT`, in `limit-cut` only: a cutting bound changes it), or None."""
+    return match(name, CUT) if mode == "limit-cut" else None
+
+
+def cross_path(name: str) -> str | None:
+    """What two generation paths test `name` compares (`CROSS_PATH`, exact names: required to pass), or None."""
+    return CROSS_PATH.get(name)
 
 
 def baseline_reason(family: str, name: str) -> str | None:
@@ -92,7 +128,19 @@ def baseline_reason(family: str, name: str) -> str | None:
     return match(name, BASELINE.get(family, {}))
 
 
+def generation_test(item) -> bool:
+    """Whether a collected test is one of the suite's generation tests: marked `generate` by the suite, named
+    after it (the mixin leaves a few that call `generate` unmarked, `test_generate_with_and_without_position_ids`
+    among them), or a cross-path test."""
+    name = item.name.split("[")[0]
+    return item.get_closest_marker("generate") is not None or "generate" in name or cross_path(name) is not None
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    if MODE == "limit-cut" and os.environ.get("CACHELIMIT_PEER_CUT_TESTS", "generation") != "all":
+        kept = [item for item in items if generation_test(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not generation_test(item)])
+        items[:] = kept
     for item in items:
         name = getattr(item, "originalname", None) or item.name.split("[")[0]
         qualified = f"{item.cls.__name__}::{name}" if getattr(item, "cls", None) else name  # one class's failure
@@ -102,9 +150,14 @@ def pytest_collection_modifyitems(config, items) -> None:
         if name in VACUOUS:
             reason = f"cachelimit peer suite, checks nothing on this release: {VACUOUS[name]}"
             item.add_marker(pytest.mark.xfail(strict=True, raises=DeprecationWarning, reason=reason))
-        reason = skip_reason(name) if MODE == "limit" else None
+        reason = skip_reason(name, MODE)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"cachelimit peer suite, cache_limit={LIMIT}: {reason}"))
+        reason = cut_reason(name, MODE)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"cachelimit peer suite, cache_limit={LIMIT} cuts: {reason}"))
+        if cross_path(item.name.split("[")[0]) and (skip_reason(name, MODE) or cut_reason(name, MODE)):
+            raise pytest.UsageError(f"{item.nodeid} is a cross-path test (required to pass) and named in SKIPS/CUT")
 
 
 def pytest_sessionfinish(session) -> None:
@@ -114,4 +167,4 @@ def pytest_sessionfinish(session) -> None:
 
 
 def pytest_report_header(config) -> str:
-    return f"cachelimit peer suite: mode {MODE}" + (f", default cache_limit={LIMIT}" if MODE == "limit" else "")
+    return f"cachelimit peer suite: mode {MODE}" + (f", default cache_limit={LIMIT}" if MODE in DEFAULT_LIMITS else "")

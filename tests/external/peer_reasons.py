@@ -1,11 +1,20 @@
 """Every test of transformers' suites that the external test bed does not count as a pass, each with its reason.
 
-One module for the three lists, read by the plugin (which marks the tests) and by the runner (which skips files
-and prints the lists), so that nothing is left out silently and a reason is never far from its entry:
+One module for the lists, read by the plugin (which marks the tests) and by the runner (which skips files,
+checks the required tests and prints the lists), so that nothing is left out silently and a reason is never far
+from its entry:
 
-- `SKIPS`: skipped in `limit` mode only; a default `cache_limit` cannot give transformers' own result for a
-  reason of cachelimit's design (documented, and checked by cachelimit's own tests instead). Keyed by test name,
-  any model file.
+- `SKIPS`: skipped in the bounded modes (`limit`, `limit-cut`) only; a default `cache_limit` cannot give
+  transformers' own result for a reason of cachelimit's design (documented, and checked by cachelimit's own tests
+  instead). Keyed by test name, any model file.
+- `CUT`: skipped in `limit-cut` only: tests whose outcome a bound that cuts changes by design (a bounded run
+  compared with one that keeps everything). Skipped, not expected to fail: the suite compares two runs' scores only
+  up to their first differing token, so where a tiny random model's greedy tokens happen to coincide the two
+  runs still "agree" (measured: Llama's `test_generate_with_static_cache` passes with `cache_limit=4`, Mistral's
+  fails), and a strict expected failure would be a coin toss. Keyed by test name, any model file.
+- `CROSS_PATH`: not an exception but the opposite: the tests that compare two generation paths of one model with
+  each other, which must still agree when the bound cuts. In `limit-cut` each one a file collects must pass (or be
+  skipped by the suite itself, as it is unpatched); none may be named in `SKIPS` or `CUT`. Exact names.
 - `BASELINE`: fails `unpatched`, because the suite is a 2026-08 transformers main snapshot (5.16.0.dev0) whose
   model files do not all match the installed release (the mixins are 5.23.0's), or because the file itself is
   broken: the snapshot's failures, not cachelimit's. Keyed by family, then test name. Marked
@@ -40,6 +49,37 @@ SKIPS: dict[str, str] = {
     "test_greedy_generate_dict_outputs_use_cache": _RING_STORAGE,
     "test_beam_search_generate_dict_outputs_use_cache": _RING_STORAGE,
     "test_assisted_decoding_matches_greedy_search": _RING_STORAGE + " (of its greedy run)",
+}
+
+#: test name (the method, any model file) -> why a bound that cuts changes its outcome (`limit-cut` only: skipped)
+CUT: dict[str, str] = {
+    "test_generate_with_static_cache": (
+        'compares `generate` with `cache_implementation="static"` (a call that chooses its cache, left unbounded: '
+        "cachelimit refuses a limit on transformers' static cache) with the same call on the default cache, which the "
+        "default limit bounds: over 7 + 20 positions the two attend over different windows. The suite compares scores "
+        "only up to the first differing token, so it passes where the tiny model's greedy tokens coincide anyway "
+        "(Llama) and fails where they do not (Mistral)"
+    ),
+    "test_generate_with_and_without_cache": (
+        "Nemotron-H's own test: compares `generate(use_cache=True)`, which the default limit bounds (5 + 5 positions), "
+        "with `use_cache=False` (a call that chooses its cache: none, every step a full forward over the whole "
+        "sequence, unbounded); with the bound cutting the two attend over different spans, so their tokens differ "
+        "(measured: it fails with cache_limit=4; it passes in `limit`, where nothing is cut)"
+    ),
+}
+
+#: test name (exact, any model file) -> the two generation paths it compares (`limit-cut`: required to pass)
+CROSS_PATH: dict[str, str] = {
+    "test_generate_continue_from_past_key_values": (
+        "one `generate` of 4 new tokens vs 3, then 1 more continuing the returned cache (scores and caches equal)"
+    ),
+    "test_generate_continue_from_inputs_embeds": (
+        "one `generate` from embeddings vs 3 tokens, then 1 more from the longer embeddings and the returned cache"
+    ),
+    "test_generate_from_inputs_embeds_0_greedy": "greedy from `input_ids` vs from `inputs_embeds` (with, without ids)",
+    "test_generate_from_inputs_embeds_1_beam_search": "beam search from `input_ids` vs from `inputs_embeds`",
+    "test_generate_with_and_without_position_ids": "left-padded `generate` with positions inferred vs passed",
+    "test_generate_methods_with_logits_to_keep": "`logits_to_keep=0` (every position's logits) vs the default (1)",
 }
 
 #: family -> test name -> why it fails unpatched on the installed release (every mode: strict xfail)

@@ -1,7 +1,7 @@
 """Run transformers' own model test suites against cachelimit, for every family it serves: the external test bed.
 
-    python tests/external/run_peer_suite.py                      # every served family's file, all three modes
-    python tests/external/run_peer_suite.py --rotate 3 --rotate-limit 10 --batch   # CI: limit on 10 files, (a) on 3
+    python tests/external/run_peer_suite.py                      # every served family's file, all four modes
+    python tests/external/run_peer_suite.py --rotate 3 --rotate-limit 10 --rotate-cut 3 --batch  # CI's rotation
     python tests/external/run_peer_suite.py --models gpt2 --modes limit -- -x -k generate
 
 The suites are third-party (transformers' `tests/`, kept outside this repository: `--suite`, default
@@ -12,9 +12,13 @@ in `peer_reasons`. The run fails unless:
 
 - every file and mode has no failure or error (the suite's own failures on this release are listed, with their
   reasons, in `peer_reasons.BASELINE`, and must still fail; cachelimit's design limits in `peer_reasons.SKIPS`
-  are skipped in `limit` mode) and at least one test passed; in `limit` mode (every `generate` defaults to
-  `cache_limit=4096`) that is condition (b);
-- (a) `patched` gives every test the outcome it has `unpatched`, wherever both ran.
+  are skipped in the bounded modes, and what a cutting bound changes, `peer_reasons.CUT`, in `limit-cut`) and
+  at least one test passed; in `limit` mode (every `generate` defaults to `cache_limit=4096`,
+  which never cuts: a call that grew past it fails the run) that is condition (b);
+- (a) `patched` gives every test the outcome it has `unpatched`, wherever both ran;
+- (c) in `limit-cut` (every `generate` defaults to `cache_limit=4`, shorter than every tester's prompt), some call
+  was cut, and every cross-path test (`peer_reasons.CROSS_PATH`: two generation paths that must agree) that the
+  file collects passed or was skipped by the suite itself, at least one of them passed.
 
 Prints a table (counts and minutes per file and mode), then every check.
 Needs pytest-xdist, pytest-rerunfailures, timeout-decorator and httpx (`pip install -e ".[external]"`).
@@ -37,10 +41,10 @@ from pathlib import Path
 
 import peer_plan
 import peer_reasons
+from peer_checks import checks, named_lists
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-FAILING = ("failed", "error")
 
 
 def default_suite() -> Path:
@@ -87,19 +91,20 @@ def family_of(test_id: str) -> str:
 
 
 def read_calls(folder: Path) -> dict[str, list[int]]:
-    """model_type -> [generate calls bounded by the default limit, calls that chose their cache], over the workers."""
+    """model_type -> [generate calls bounded by the default limit, calls that chose their cache, bounded calls the
+    limit cut], over the workers."""
     calls: dict[str, list[int]] = {}
     for path in sorted(folder.glob("*.json")):
         for family, counts in json.loads(path.read_text()).items():
-            calls[family] = [a + b for a, b in zip(calls.get(family, [0, 0]), counts, strict=True)]
+            calls[family] = [a + b for a, b in zip(calls.get(family, [0, 0, 0]), counts, strict=True)]
     return calls
 
 
 def run_files(
-    root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str]
+    root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str], limit: int | None = None
 ) -> tuple[dict[str, dict[str, str]], dict[str, list[int]], float, float]:
-    """One pytest run of `families`' files in `mode`: outcomes per family, the plugin's generate calls per family
-    (`limit` mode), wall seconds and CPU seconds."""
+    """One pytest run of `families`' files in `mode` (`limit`: the default cache_limit of a bounded mode): outcomes
+    per family, the plugin's generate calls per family (bounded modes), wall seconds and CPU seconds."""
     name = families[0] if len(families) == 1 else "batch"
     junit, calls = out / f"{name}-{mode}.xml", out / f"{name}-{mode}-calls"
     junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
@@ -115,6 +120,7 @@ def run_files(
         "CACHELIMIT_PEER_MODE": mode,
         "CACHELIMIT_PEER_CALLS": str(calls),
         "HF_HUB_OFFLINE": "1",
+        **({"CACHELIMIT_PEER_LIMIT": str(limit)} if limit is not None else {}),
     }
     if workers > 1:  # one torch thread per worker: the workers already take the cores (as tests/conftest.py does)
         environment.setdefault("OMP_NUM_THREADS", "1")
@@ -150,53 +156,6 @@ def choose(requested: str | None, found: peer_plan.Discovery, served: list[str],
     return chosen
 
 
-def checks(
-    results: dict[tuple[str, str], dict[str, str]], calls: dict[str, list[int]] | None = None
-) -> tuple[list[str], bool]:
-    """The report's check lines and whether every check holds (`calls`: the limit runs' generate calls)."""
-    lines, ok = [], True
-    for (family, mode), found in results.items():
-        bad = sorted(test for test, outcome in found.items() if outcome in FAILING)
-        label = "(b) " if mode == "limit" else ""
-        lines.append(f"{label}{family} {mode}: {len(bad)} failure(s) outside the named lists")
-        lines += [f"    {test}: {found[test]}" for test in bad]
-        if mode == "limit":
-            bounded, kept = (calls or {}).get(family, [0, 0])
-            lines.append(f"    generate calls: {bounded} bounded by the default limit, {kept} chose their own cache")
-            if not bounded:  # the wrapper never ran: nothing of cachelimit's bounded path was checked
-                lines.append(f"    {family} limit: no generate call got the default limit; see its log")
-                bad = bad or ["bounded nothing"]
-        if bad and mode != "limit":
-            lines.append("    (the suite's own? list each in peer_reasons with its reason: BASELINE for a test, FILES")
-            lines.append("    for a file that does not collect; a listed test that passes fails as XPASS(strict))")
-        if not Counter(found.values())["passed"]:  # no JUnit XML or nothing ran: a run that checked nothing
-            lines.append(f"    {family} {mode}: no test passed; see its log")
-            bad = bad or ["nothing passed"]
-        ok &= not bad
-    for family in sorted({family for family, _ in results}):
-        if (family, "unpatched") in results and (family, "patched") in results:
-            base, patched = results[family, "unpatched"], results[family, "patched"]
-            changed = sorted(test for test in base.keys() | patched.keys() if base.get(test) != patched.get(test))
-            lines.append(f"(a) {family}: {len(changed)} outcome(s) differ patched vs unpatched")
-            lines += [f"    {test}: {base.get(test)} -> {patched.get(test)}" for test in changed]
-            ok &= not changed
-    return lines, ok
-
-
-def named_lists(families: list[str], modes: list[str]) -> list[str]:
-    """Every named exception that applies to this run, with its reason: nothing is skipped without one."""
-    lines = []
-    if "limit" in modes:
-        lines += [f"skipped in limit mode, any file: {name}: {reason}" for name, reason in peer_reasons.SKIPS.items()]
-    lines += [
-        f"expected to fail, any file (checks nothing): {name}: {why}" for name, why in peer_reasons.VACUOUS.items()
-    ]
-    for family in families:
-        for name, reason in peer_reasons.BASELINE.get(family, {}).items():
-            lines.append(f"expected to fail (the suite's own), {family}: {name}: {reason}")
-    return lines
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", help="comma-separated families (default: every served family with a file)")
@@ -206,6 +165,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--rotate-limit", type=int, metavar="M", help="limit on M files only: the day's rotation (default: every file)"
+    )
+    parser.add_argument(
+        "--rotate-cut",
+        type=int,
+        metavar="C",
+        help="limit-cut on C files only: the day's rotation (default: every file)",
+    )
+    parser.add_argument(
+        "--cut-limit",
+        type=int,
+        default=peer_plan.DEFAULT_LIMITS["limit-cut"],
+        help="the default cache_limit of limit-cut; it must cut every tester's prompt (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--cut-tests",
+        choices=("generation", "all"),
+        default="generation",
+        help="limit-cut runs the generation tests only (the others are limit's) or all (default: %(default)s)",
     )
     parser.add_argument("--day", type=int, default=peer_plan.utc_day(), help="rotation day (default: today, UTC)")
     parser.add_argument(
@@ -223,20 +200,22 @@ def main(argv: list[str] | None = None) -> int:
     modes = [mode for mode in args.modes.split(",") if mode]
     if not modes or set(modes) - set(peer_plan.MODES):
         parser.error(f"--modes: choose from {', '.join(peer_plan.MODES)}, got {args.modes!r}")
-    for flag, value in (("--rotate", args.rotate), ("--rotate-limit", args.rotate_limit)):
+    sizes = (("--rotate", args.rotate), ("--rotate-limit", args.rotate_limit), ("--rotate-cut", args.rotate_cut))
+    for flag, value in (*sizes, ("--cut-limit", args.cut_limit)):
         if value is not None and value < 1:
             parser.error(f"{flag}: at least 1, got {value}")
     served = peer_plan.served_families()
     found = peer_plan.discover(args.suite, served, peer_reasons.FILES)
     families = choose(args.models, found, served, modes, args.suite)
-    runs = peer_plan.plan(families, modes, args.rotate, args.day, args.rotate_limit)
+    runs = peer_plan.plan(families, modes, args.rotate, args.day, args.rotate_limit, args.rotate_cut)
     print(f"served families: {len(served)}; with a file in the suite, run: {len(found.runnable)}")
     print(*found.lines(), sep="\n")
-    if args.rotate is not None or args.rotate_limit is not None:
+    if any(value is not None for _, value in sizes):
         for mode in modes:
             chosen = [family for family, m in runs if m == mode]
             every = " (every file)" if len(chosen) == len(families) else ""
             print(f"rotation, day {args.day}: {mode} on {len(chosen)}{every}: {', '.join(chosen)}")
+    os.environ["CACHELIMIT_PEER_CUT_TESTS"] = args.cut_tests  # read by the plugin in limit-cut's pytest
     args.out = args.out.resolve()  # pytest runs in the suite's copy: a relative path would land there
     args.suite = args.suite.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -247,12 +226,15 @@ def main(argv: list[str] | None = None) -> int:
     if not batches:
         parser.error("nothing to run: no family chosen")
     spent = [0.0, 0.0]  # wall, CPU seconds
-    calls: dict[str, list[int]] = {}
+    calls: dict[tuple[str, str], list[int]] = {}
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
         for mode, chosen in batches:
-            found, called, seconds, cpu = run_files(root, chosen, mode, args.out, args.workers, args.pytest_args)
-            calls.update(called if mode == "limit" else {})
+            limit = {"limit-cut": args.cut_limit}.get(mode, peer_plan.DEFAULT_LIMITS.get(mode))
+            found, called, seconds, cpu = run_files(
+                root, chosen, mode, args.out, args.workers, args.pytest_args, limit
+            )
+            calls.update({(family, mode): counts for family, counts in called.items()})
             spent = [spent[0] + seconds, spent[1] + cpu]
             times = [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
             for family, tests in found.items():
