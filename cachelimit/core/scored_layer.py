@@ -1,0 +1,170 @@
+"""`ScoredLayer`: a bounded layer whose heads each keep the keys their policy scores best (`core.eviction`).
+
+Per KV head it holds up to `L + 1` slots in no order (placement and the shared mask: `core.scored`), and beside each
+slot the column of the token it holds, whether that token is real and whether it is a sink. A decode step writes the
+new key and value into each head's free slot (a tensor index per head: one scatter, no copy of the cache), returns
+every slot, and, once the layer holds more than `L`, scores the keys and frees the slot of the one to evict: the
+highest eviction score among those neither protected nor sinks, pads before anything real, the lowest slot first
+among equal scores (`torch.argmax` returns the first maximum). A multi-token forward returns the kept past (all
+slots but the free one) followed by the new tokens, then keeps the `L` lowest eviction scores (a stable sort: the
+earlier candidate first among equal scores) in their old order, slot `L` free.
+
+All of it is tensor work on the plan's tensors, so a compiled decode step recompiles only when the layer starts
+evicting, and reads nothing back from the device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layers import BoundedLayer
+from .scored import ScoredPlan
+
+#: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot
+SLOT_TENSORS = {"column": -1, "real": False, "sink": False}
+
+
+class ScoredLayer(BoundedLayer):
+    """One decoder layer of a scored group: keys and values [B, H, slots, d] plus, per slot, `column` (-1: empty),
+    `real` and `sink`; `free` [B, H] is the slot each head's next decode step writes."""
+
+    def __init__(self, group):
+        super().__init__(group)
+        self.column = self.real = self.sink = self.free = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, key_dim = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(batch, heads, 0, key_dim)
+        self.values = value_states.new_zeros(batch, heads, 0, value_states.shape[-1])
+        for name, fill in SLOT_TENSORS.items():
+            setattr(self, name, torch.full((batch, heads, 0), fill, device=self.device))
+        self.free = torch.zeros(batch, heads, dtype=torch.long, device=self.device)
+        self.is_initialized = True
+
+    def reserve(self, capacity: int) -> None:
+        held = self.keys.shape[-2]
+        if held >= capacity:
+            return
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
+        for name, fill in SLOT_TENSORS.items():
+            old = getattr(self, name)
+            grown = torch.full((*old.shape[:2], capacity), fill, dtype=old.dtype, device=old.device)
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
+
+    def _write(self, plan: ScoredPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            if plan.decode or not plan.evict_after:
+                self.reserve(plan.capacity)
+        plan = plan.on(self.device)
+        if plan.decode:
+            return self._decode(plan, key_states, value_states)
+        return self._forward(plan, key_states, value_states)
+
+    def _decode(self, plan: ScoredPlan, key_states, value_states):
+        heads = self.keys.shape[1]
+        new = {
+            "keys": key_states,
+            "values": value_states,
+            "column": plan.columns.expand(plan.new_real.shape[0], heads, 1),
+            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
+            "sink": plan.new_sink[:, None, :].expand(-1, heads, -1),
+        }
+        if plan.evicting:
+            slot = self.free[:, :, None]
+            for name, states in new.items():
+                target = getattr(self, name)
+                index = slot if target.dim() == 3 else slot[..., None].expand(-1, -1, -1, target.shape[-1])
+                target.scatter_(2, index, states.to(target.dtype))
+        else:
+            for name, states in new.items():
+                getattr(self, name).index_copy_(2, plan.write_index, states.to(getattr(self, name).dtype))
+        keys, values = self.keys, self.values
+        if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
+            keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
+        if plan.evict_after:
+            priority = self._priority(plan, keys, self.column[..., : plan.returned], self.real, self.sink)
+            self.free.copy_(priority.argmax(-1))
+        return keys, values
+
+    def _priority(self, plan: ScoredPlan, keys, column, real, sink) -> torch.Tensor:
+        """[B, H, K] eviction priority: the policy's score, -inf for what is never evicted, +inf for pads."""
+        width = keys.shape[-2]
+        real, sink = real[..., :width], sink[..., :width]
+        scores = self.group.policy.spec.eviction_scores(keys, None if plan.reads_every_key else real)
+        pinned = sink | (column >= plan.protect_from) | (column < 0)
+        scores = scores.masked_fill(pinned, float("-inf"))
+        return scores.masked_fill(~real & (column >= 0), float("inf"))
+
+    def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
+        """The held slots a multi-token forward reads as its past: all but each head's free slot."""
+        tensors = {"keys": self.keys, "values": self.values, **{name: getattr(self, name) for name in SLOT_TENSORS}}
+        if not plan.evicting:
+            return {name: tensor[:, :, : plan.kept] for name, tensor in tensors.items()}
+        order = torch.arange(plan.kept, device=self.device)
+        index = order + (order >= self.free[:, :, None]).long()  # [B, H, kept]
+        return {
+            name: tensor.gather(2, index if tensor.dim() == 3 else index[..., None].expand(-1, -1, -1, tensor.shape[-1]))
+            for name, tensor in tensors.items()
+        }
+
+    def _forward(self, plan: ScoredPlan, key_states, value_states):
+        heads = key_states.shape[1]
+        batch, num_new = plan.new_real.shape
+        past = self._past(plan)
+        new = {
+            "keys": key_states,
+            "values": value_states,
+            "column": plan.columns.expand(batch, heads, -1),
+            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
+            "sink": plan.new_sink[:, None, :].expand(-1, heads, -1),
+        }
+        every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
+        keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
+        if plan.evict_after:
+            priority = self._priority(plan, every["keys"], every["column"], every["real"], every["sink"])
+            limit = self.group.policy.limit
+            keep = priority.sort(dim=-1, stable=True).indices[..., :limit].sort(-1).values  # [B, H, L], in old order
+            for name, tensor in every.items():
+                index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
+                kept = tensor.gather(2, index)
+                spare = torch.full_like(kept[:, :, :1], SLOT_TENSORS.get(name, 0))
+                setattr(self, name, torch.cat([kept, spare], dim=2))
+            self.free = torch.full_like(self.free, limit)
+        else:
+            self.reserve(plan.capacity)
+            written = plan.kept + num_new
+            for name, tensor in every.items():
+                getattr(self, name)[:, :, :written] = tensor
+        return keys, values
+
+    def kept_columns(self) -> torch.Tensor:
+        """[B, H, kept] the columns each head keeps for the next token (-1: a slot holding nothing or a pad), in slot
+        order: what this layer's next query may read besides itself."""
+        rows = self.group.rows
+        column = torch.where(self.real, self.column, -1)
+        if rows is None or rows.cursor <= self.group.policy.limit:
+            return column[:, :, : (0 if rows is None else rows.cursor)]
+        slots = torch.arange(column.shape[-1], device=column.device)
+        return column.masked_fill(slots == self.free[:, :, None], -1)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "free", *SLOT_TENSORS):
+                tensor = getattr(self, name)
+                setattr(self, name, tensor.index_select(0, indices.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "free", *SLOT_TENSORS):
+                setattr(self, name, getattr(self, name).repeat_interleave(repeats, dim=0))
+
+    def reset(self) -> None:
+        super().reset()
+        self.column = self.real = self.sink = self.free = None
