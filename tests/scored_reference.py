@@ -1,13 +1,16 @@
 """Independent references for the scored eviction policies (`cachelimit.core.eviction`), sharing no code with them.
 
-1. `slow_keydiff`: KeyDiff written from the paper's formula, slowly. It replays a token sequence on the unpatched model
+1. `slow_reference`: each policy written from its paper's formula, slowly. It replays a token sequence on the unpatched model
    one forward at a time with transformers' own `DynamicCache` (which keeps every key ever written), hides from each
    layer and KV head the keys it has evicted (a per-layer, per-head mask handed to each attention module), and after
    every forward recomputes every score from the full history of keys: the anchor is the mean of the unit keys a head
    holds (real tokens only), a key's score its cosine similarity to the anchor; the sinks (each row's first S real
    tokens) and the `protected` most recent columns are never evicted, pads go first; a decode step evicts the highest
-   score, a multi-token forward keeps the L lowest. It records, per forward, the real columns each head keeps and
-   the smallest gap between a kept and an evicted score (a choice closer than float noise is a tie).
+   score, a multi-token forward keeps the L lowest. TOVA and SnapKV score a key by the attention probabilities the
+   forward's last queries give it (read from transformers' own eager attention weights, `output_attentions`, on an
+   eager twin of the model), averaged over those queries and the KV group's query heads, SnapKV's max-pooled over
+   neighbouring positions. It records, per forward, the real columns each head keeps and the smallest gap between
+   a kept and an evicted score (a choice closer than float noise is a tie).
 
 2. `replay_logits`: ONE full-sequence forward of the unpatched model without a cache, whose per-layer, per-head masks
    let each token read exactly what the bounded run kept when it was processed (the recorded kept sets) plus the
@@ -80,9 +83,34 @@ def forwards_of(prompt: int, total: int, chunk: int | None) -> list[tuple[int, i
     return spans + [(column, column + 1) for column in range(prompt, total)]
 
 
-def slow_keydiff(model, sequence, attention_mask, prompt, *, limit, sinks, protected, chunk=None, layers=None):
+def keydiff_score(keys, columns, real, attention):
+    return keydiff_scores(keys[columns], real[columns])
+
+
+def attention_score(window: int, kernel: int):
+    """The eviction score of TOVA (window 1, kernel 1) and SnapKV: minus the pooled mean attention of the last
+    `window` queries (`attention`: [group heads, queries, keys] of one KV head)."""
+
+    def score(keys, columns, real, attention):
+        mean = attention[:, -window:, columns].mean((0, 1))
+        if kernel > 1:
+            mean = torch.nn.functional.max_pool1d(mean[None], kernel, stride=1, padding=kernel // 2)[0]
+        return -mean
+
+    return score
+
+
+def slow_keydiff(model, sequence, attention_mask, prompt, **options):
+    return slow_reference(model, sequence, attention_mask, prompt, score=keydiff_score, **options)
+
+
+def slow_reference(
+    model, sequence, attention_mask, prompt, *, limit, sinks, protected, chunk=None, layers=None, score, eager=None
+):
     """The slow reference's kept sets: a list (one per forward) of {layer: [B][H] set of real columns kept}, and
-    the smallest score gap met at any eviction (see the module docstring)."""
+    the smallest score gap met at any eviction (see the module docstring). `eager`: the eager twin whose attention
+    weights an attention-scored policy reads (`model` itself for a key-scored one)."""
+    model = eager or model
     batch, total = sequence.shape
     layers = sorted(attention_modules(model)) if layers is None else layers
     heads = model.config.num_key_value_heads
@@ -105,19 +133,23 @@ def slow_keydiff(model, sequence, attention_mask, prompt, *, limit, sinks, prote
             seen[..., torch.arange(end - start), torch.arange(start, end)] = True  # every token reads itself
             masks[layer] = seen.repeat_interleave(groups, dim=1)
         with per_layer_masks(model, masks), torch.no_grad():
-            model(
+            output = model(
                 input_ids=sequence[:, start:end],
                 attention_mask=attention_mask[:, :end],
                 position_ids=positions[:, start:end],
                 **{CACHE_ARGUMENT: cache},
                 use_cache=True,
+                output_attentions=eager is not None,
             )
         for layer in layers:
             keys = cache.layers[layer].keys.double()
+            weights = output.attentions[layer].double() if eager is not None else None
             for b in range(batch):
                 for h in range(heads):
                     candidates = sorted(kept[layer][b][h] | set(range(start, end)))
-                    keep, closest = _keep(keys[b, h], candidates, real[b], sink_columns[b], end, limit, protected)
+                    attention = None if weights is None else weights[b, h * groups : (h + 1) * groups]
+                    scores = score(keys[b, h], torch.tensor(candidates), real[b], attention)
+                    keep, closest = _keep(scores, candidates, real[b], sink_columns[b], end, limit, protected)
                     kept[layer][b][h] = keep
                     gap = min(gap, closest)
         history.append({layer: _real_only(kept[layer], real) for layer in layers})
@@ -128,22 +160,24 @@ def _real_only(kept, real) -> list[list[set[int]]]:
     return [[{c for c in head if real[b, c]} for head in row] for b, row in enumerate(kept)]
 
 
-def _keep(keys, candidates, real, sink_columns, end, limit, protected):
-    """One head's keep set after a forward ending at column `end`, and the gap between the last key kept and the
-    first evicted among the scored ones (inf when nothing scored was evicted)."""
+def _keep(scores, candidates, real, sink_columns, end, limit, protected):
+    """One head's keep set after a forward ending at column `end`, from the candidates' eviction scores, and the gap
+    between the last key kept and the first evicted among the scored ones (inf when nothing scored was evicted)."""
     if len(candidates) <= limit:
         return set(candidates), float("inf")
     column = torch.tensor(candidates)
     is_real = real[column]
-    scores = keydiff_scores(keys[column], is_real)
     pinned = torch.tensor([c in sink_columns or c >= end - protected for c in candidates])
     priority = torch.where(pinned, float("-inf"), scores)
     priority = torch.where(is_real, priority, float("inf"))
-    order = sorted(range(len(candidates)), key=lambda i: (float(priority[i]), i))
+    order = sorted(range(len(candidates)), key=lambda i: (float(priority[i]), i))  # equal: the older is kept
     keep, evicted = order[:limit], order[limit:]
     scored_kept = [float(priority[i]) for i in keep if is_real[i] and not pinned[i]]
     scored_evicted = [float(priority[i]) for i in evicted if is_real[i]]
-    closest = min(scored_evicted) - max(scored_kept) if scored_kept and scored_evicted else float("inf")
+    # the gap between the best evicted and the worst kept score; an exact tie (SnapKV's pooling copies one score to
+    # its neighbours) is broken by the documented rule (the older kept) on both sides, so it is no ambiguity
+    gaps = [e - k for e in scored_evicted for k in scored_kept if e != k]
+    closest = min((abs(g) for g in gaps), default=float("inf")) if scored_kept and scored_evicted else float("inf")
     return {candidates[i] for i in keep}, closest
 
 

@@ -12,22 +12,41 @@ from parameterized import parameterized
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import cachelimit
-from cachelimit.core.eviction import KeyDiff
+from cachelimit.core.eviction import TOVA, KeyDiff, SnapKV
 from cachelimit.hf.compat import CACHE_ARGUMENT
-from tests.scored_reference import recording, replay_logits, slow_keydiff
+from tests.scored_reference import (
+    attention_score,
+    keydiff_score,
+    recording,
+    replay_logits,
+    slow_keydiff,
+    slow_reference,
+)
 
-#: a score gap below this is a tie the two may break differently (float64 noise is ~1e-15, float32's ~1e-7)
-TIE = {torch.float64: 1e-9, torch.float32: 1e-4}
+#: a score gap below this is a tie the two may break differently (float64 noise is ~1e-15, float32's ~1e-7; the
+#: attention-scored references read eager attention weights, whose softmax transformers runs in float32)
+TIE = {torch.float64: 1e-9, torch.float32: 1e-4, "attention": 1e-6}
+#: policy name -> (the policy as the tests ask for it, given its protected window; the reference's score)
+POLICY_CASES = {
+    "keydiff": (lambda protected: KeyDiff(protected=protected), keydiff_score),
+    "tova": (lambda protected: TOVA(protected=protected), attention_score(1, 1)),
+    "snapkv": (lambda protected: SnapKV(protected=protected, window=4, kernel=3), attention_score(4, 3)),
+}
 LOGITS = {torch.float64: 1e-6, torch.float32: 1e-4}  # generate's logits are float32
 
 
-def tiny_llama(attention: str = "sdpa", dtype=torch.float64):
+def tiny_llama(attention: str = "sdpa", dtype=torch.float64, sharp: float = 1.0):
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=256, attn_implementation=attention,
     )
-    return LlamaForCausalLM(config).to(dtype).eval()
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # `sharp` scales queries and keys: attention far from uniform, score gaps far from noise
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(sharp)
+            layer.self_attn.k_proj.weight.mul_(sharp)
+    return model.to(dtype).eval()
 
 
 def prompt(batch: int, length: int, pads: tuple[int, ...] = ()):
@@ -44,8 +63,8 @@ def returned_cache(out):
     return getattr(out, "cache", None) or out.past_key_values
 
 
-def assert_same_evictions(mine, theirs, gap, dtype=torch.float64):
-    assert gap > TIE[dtype], f"the reference met a tie ({gap:.2e}): pick another seed"
+def assert_same_evictions(mine, theirs, gap, tie):
+    assert gap > tie, f"the reference met a tie ({gap:.2e}): pick another seed"
     assert len(mine) >= 3
     for step, (got, expected) in enumerate(zip(mine, theirs, strict=False)):
         assert got == expected, f"forward {step}: kept sets differ"
@@ -61,32 +80,38 @@ CASES = [
 ]
 
 
-class KeyDiffReferences:
-    attention, dtype = "sdpa", torch.float64
+class PolicyReferences:
+    attention, dtype, policy = "sdpa", torch.float64, "keydiff"
 
     @parameterized.expand(CASES)
     def test_matches_both_references(self, _, bound, options, shape, chunk):
-        model = tiny_llama(self.attention, self.dtype)
+        make, score = POLICY_CASES[self.policy]
+        sharp = 1.0 if score is keydiff_score else 6.0
+        model = tiny_llama(self.attention, self.dtype, sharp)
         limit, sinks, protected = bound["limit"], bound["sinks"], bound.get("protected", 0)
+        policy = make(protected)
         ids, mask = prompt(*shape)
         with cachelimit.patched("llama"):
             cache = cachelimit.BoundedCache.from_model(
-                model, limit, sinks, cache_policy=KeyDiff(protected=protected), window_prefill=chunk is not None
+                model, limit, sinks, cache_policy=policy, window_prefill=chunk is not None
             )
             torch.manual_seed(2)
             with recording(model, cache) as kept:
                 out = model.generate(
                     ids, attention_mask=mask, max_new_tokens=16, min_new_tokens=16, cache_limit=limit,
-                    num_sink_tokens=sinks, cache_policy=KeyDiff(protected=protected), prefill_chunk_size=chunk,
+                    num_sink_tokens=sinks, cache_policy=policy, prefill_chunk_size=chunk,
                     return_dict_in_generate=True, output_logits=True, pad_token_id=0, **{CACHE_ARGUMENT: cache},
                     **({"do_sample": False} | options),
                 )
         sequence = out.sequences
         full_mask = torch.cat([mask, torch.ones(mask.shape[0], sequence.shape[1] - mask.shape[1], dtype=mask.dtype)], 1)
-        reference, gap = slow_keydiff(
-            model, sequence, full_mask, ids.shape[1], limit=limit, sinks=sinks, protected=protected, chunk=chunk
+        eager = None if score is keydiff_score else tiny_llama("eager", self.dtype, sharp)
+        reference, gap = slow_reference(
+            model, sequence, full_mask, ids.shape[1], limit=limit, sinks=sinks, protected=protected, chunk=chunk,
+            score=score, eager=eager,
         )
-        assert_same_evictions(kept, reference, gap, self.dtype)
+        tie = TIE[self.dtype] if eager is None else TIE["attention"]
+        assert_same_evictions(kept, reference, gap, tie)
         assert any(len(head) == limit for row in kept[-1][0] for head in row), "the bound never cut"
         replayed = replay_logits(model, sequence, full_mask, ids.shape[1], kept, chunk=chunk)
         generated = torch.stack(out.logits, dim=1)
@@ -95,12 +120,24 @@ class KeyDiffReferences:
         torch.testing.assert_close(generated.to(expected.dtype), expected, rtol=0, atol=LOGITS[self.dtype])
 
 
-class TestKeyDiffSdpa(KeyDiffReferences):
-    attention, dtype = "sdpa", torch.float64
+class TestKeyDiffSdpa(PolicyReferences):
+    attention, dtype, policy = "sdpa", torch.float64, "keydiff"
 
 
-class TestKeyDiffEager(KeyDiffReferences):
-    attention, dtype = "eager", torch.float32
+class TestKeyDiffEager(PolicyReferences):
+    attention, dtype, policy = "eager", torch.float32, "keydiff"
+
+
+class TestTovaSdpa(PolicyReferences):
+    attention, dtype, policy = "sdpa", torch.float64, "tova"
+
+
+class TestTovaEager(PolicyReferences):
+    attention, dtype, policy = "eager", torch.float32, "tova"
+
+
+class TestSnapKVSdpa(PolicyReferences):
+    attention, dtype, policy = "sdpa", torch.float64, "snapkv"
 
 
 def test_protected_window_is_the_window():

@@ -56,10 +56,76 @@ class KeyDiff:
         return (work @ anchor.unsqueeze(-1)).squeeze(-1) * inverse
 
 
+@dataclass(frozen=True)
+class SnapKV:
+    """SnapKV (Li et al., arXiv 2404.14469): keep the keys the last queries attend to most.
+
+    After a forward, each candidate key's score is the attention it gets from the forward's last `window` queries
+    (softmax probabilities, as the model computes them, averaged over those queries and over the query heads of its
+    KV group), max-pooled over `kernel` neighbouring keys (SnapKV's clustering); the highest scores are kept. So a
+    prompt longer than the budget is read whole (or in chunks, `prefill_chunk_size`), then cut to its `L` keys most
+    relevant to its end (a question after a document). A decode step has one query: its own attention scores it.
+    Needs the queries, so the attention call itself computes them (`hf.attention_scores`), without the full map."""
+
+    protected: int | None = None
+    window: int = 32
+    kernel: int = 7
+    name: ClassVar[str] = "snapkv"
+
+
+@dataclass(frozen=True)
+class TOVA:
+    """TOVA (Oren et al., arXiv 2401.06104): evict the key the current query attends to least.
+
+    The score of a key is the attention probability the forward's last query gives it, averaged over the query heads
+    of its KV group (TOVA averages over a layer's heads; cachelimit decides per KV head). SnapKV with a window of one
+    query and no pooling."""
+
+    protected: int | None = None
+    name: ClassVar[str] = "tova"
+    window: ClassVar[int] = 1
+    kernel: ClassVar[int] = 1
+
+
+def attention_scores(query, keys, visible, scaling: float, window: int, softcap: float | None = None):
+    """[B, H_kv, K] SnapKV/TOVA scores before pooling: the softmax attention of the last `window` queries
+    ([B, H_q, q, d]) over `keys` ([B, H_kv, K, d]; `visible`: [B, window, K] bool or None for all), with the model's
+    logit `softcap` if it has one, averaged over those queries and each KV group's query heads. In float32 at least."""
+    import torch
+
+    batch, heads, queries, dim = query.shape
+    kv_heads = keys.shape[1]
+    last = query[:, :, -window:]
+    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    grouped = last.reshape(batch, kv_heads, heads // kv_heads * last.shape[2], dim).to(work)
+    logits = (grouped @ keys.to(work).transpose(-1, -2)) * scaling  # [B, H_kv, G * w, K]
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    if visible is not None:
+        mask = visible[:, None, -last.shape[2] :].repeat(1, 1, heads // kv_heads, 1)
+        logits = logits.masked_fill(~mask, float("-inf"))
+    return logits.softmax(-1).mean(-2)
+
+
+def pooled(scores, column, kernel: int):
+    """SnapKV's clustering: each score replaced by the largest among the `kernel` keys nearest in position, the
+    keys taken in column order (a head's slots are in no order; `column`: [B, H, K] their columns)."""
+    import torch
+
+    if kernel <= 1:
+        return scores
+    order = column.argsort(-1)
+    ordered = scores.gather(-1, order)
+    ordered = torch.nn.functional.max_pool1d(ordered, kernel, stride=1, padding=kernel // 2)
+    return torch.empty_like(scores).scatter_(-1, order, ordered)
+
+
 #: cache_policy names -> the policy class (None: the window, the default)
-POLICIES: dict[str, type | None] = {"window": None, "keydiff": KeyDiff}
+POLICIES: dict[str, type | None] = {"window": None, "keydiff": KeyDiff, "tova": TOVA, "snapkv": SnapKV}
 #: the scored policy classes (a `cache_policy` object must be one of them)
-SCORED = (KeyDiff,)
+SCORED = (KeyDiff, TOVA, SnapKV)
+#: the policies whose scores come from the queries (computed by the attention call, `hf.attention_scores`)
+QUERY_SCORED = (TOVA, SnapKV)
 
 
 def protected_positions(spec, limit: int, sinks: int) -> int:

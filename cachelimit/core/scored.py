@@ -89,6 +89,20 @@ class ScoredPlan(StepPlan):
     columns: torch.Tensor | None = None  # [n] the new tokens' columns
     protect_from: torch.Tensor | None = None  # [1] keys from this column on are protected after this forward
 
+    def last_visibility(self, window: int) -> torch.Tensor | None:
+        """[B, w, keys] which returned key each of the forward's last `w` queries reads (None: every key), for a
+        query-scored policy's scores: the plan's visibility, or, where the model masks the forward itself (nothing
+        cached), causal attention over its real tokens, each query reading itself."""
+        if self.reads_every_key:
+            return None
+        if self.allowed is not None:
+            return self.allowed[:, -window:]
+        num_new = self.num_new
+        queries = torch.arange(num_new - min(window, num_new), num_new, device=self.device)[:, None]
+        column = torch.arange(num_new, device=self.device)
+        seen = self.new_real[:, None, :] & (column <= queries)
+        return seen | (column == queries)
+
 
 def first_free(slot_real: torch.Tensor) -> torch.Tensor:
     """[B] the first slot holding no real token, -1 in a row where every slot is real."""

@@ -4,10 +4,9 @@ Per KV head it holds up to `L + 1` slots in no order (placement and the shared m
 slot the column of the token it holds, whether that token is real and whether it is a sink. A decode step writes the
 new key and value into each head's free slot (a tensor index per head: one scatter, no copy of the cache), returns
 every slot, and, once the layer holds more than `L`, scores the keys and frees the slot of the one to evict: the
-highest eviction score among those neither protected nor sinks, pads before anything real, the lowest slot first
-among equal scores (`torch.argmax` returns the first maximum). A multi-token forward returns the kept past (all
-slots but the free one) followed by the new tokens, then keeps the `L` lowest eviction scores (a stable sort: the
-earlier candidate first among equal scores) in their old order, slot `L` free.
+highest eviction score among those neither protected nor sinks, pads before anything real, the most recent position
+first among equal scores. A multi-token forward returns the kept past (all slots but the free one) followed by the
+new tokens, then keeps the `L` lowest eviction scores (among equal ones the older) in their old order, slot `L` free.
 
 All of it is tensor work on the plan's tensors, so a compiled decode step recompiles only when the layer starts
 evicting, and reads nothing back from the device.
@@ -17,11 +16,22 @@ from __future__ import annotations
 
 import torch
 
+from .eviction import QUERY_SCORED, pooled
 from .layers import BoundedLayer
 from .scored import ScoredPlan
 
 #: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot
 SLOT_TENSORS = {"column": -1, "real": False, "sink": False}
+
+
+def evicted_slot(priority: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """[B, H] the slot to free: the highest eviction priority; among equal ones the most recent column (the rule
+    a compaction follows too: the older is kept), and among pads (+inf) the lowest slot, as every head of the row
+    has its pads in the same slots (`core.scored`)."""
+    top = priority.amax(-1, keepdim=True)
+    slots = torch.arange(priority.shape[-1], device=priority.device)
+    tie = torch.where(top == float("inf"), -slots, column[..., : priority.shape[-1]])
+    return torch.where(priority == top, tie, torch.iinfo(tie.dtype).min).argmax(-1)
 
 
 class ScoredLayer(BoundedLayer):
@@ -31,6 +41,14 @@ class ScoredLayer(BoundedLayer):
     def __init__(self, group):
         super().__init__(group)
         self.column = self.real = self.sink = self.free = None
+        #: a query-scored policy's eviction, waiting for the attention call's scores (`settle_scores`)
+        self.pending: tuple[ScoredPlan, dict] | None = None
+
+    @property
+    def needs_query(self) -> bool:
+        """The policy scores keys by the queries' attention: the attention call hands the scores over
+        (`hf.attention_scores`), after the keys were written."""
+        return isinstance(self.group.policy.spec, QUERY_SCORED)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, key_dim = key_states.shape
@@ -58,6 +76,11 @@ class ScoredLayer(BoundedLayer):
             setattr(self, name, grown)
 
     def _write(self, plan: ScoredPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        if self.pending is not None:
+            raise RuntimeError(
+                f"cache_policy={self.group.policy.spec.name!r} never received the attention scores of the last "
+                "forward: its attention did not run through cachelimit's scoring (see cachelimit.hf.attention_scores)."
+            )
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
             if plan.decode or not plan.evict_after:
@@ -89,15 +112,34 @@ class ScoredLayer(BoundedLayer):
         if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
             keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
         if plan.evict_after:
-            priority = self._priority(plan, keys, self.column[..., : plan.returned], self.real, self.sink)
-            self.free.copy_(priority.argmax(-1))
+            held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "sink": self.sink}
+            if self.needs_query:
+                self.pending = (plan, held)
+            else:
+                self.free.copy_(evicted_slot(self._priority(plan, held), held["column"]))
         return keys, values
 
-    def _priority(self, plan: ScoredPlan, keys, column, real, sink) -> torch.Tensor:
-        """[B, H, K] eviction priority: the policy's score, -inf for what is never evicted, +inf for pads."""
+    def settle_scores(self, scores: torch.Tensor) -> None:
+        """Carry out the pending eviction with the attention scores of this forward's last queries ([B, H, K] over
+        the keys the layer returned; higher is kept)."""
+        plan, held = self.pending
+        self.pending = None
+        scores = pooled(scores, held["column"][..., : scores.shape[-1]], getattr(self.group.policy.spec, "kernel", 1))
+        if plan.decode:
+            self.free.copy_(evicted_slot(self._priority(plan, held, scores), held["column"]))
+        else:
+            self._compact(plan, held, scores)
+
+    def _priority(self, plan: ScoredPlan, held: dict, attention=None) -> torch.Tensor:
+        """[B, H, K] eviction priority: the policy's score (KeyDiff's, or minus the attention a query-scored policy
+        measured), -inf for what is never evicted, +inf for pads."""
+        keys, column = held["keys"], held["column"]
         width = keys.shape[-2]
-        real, sink = real[..., :width], sink[..., :width]
-        scores = self.group.policy.spec.eviction_scores(keys, None if plan.reads_every_key else real)
+        real, sink = held["real"][..., :width], held["sink"][..., :width]
+        if attention is None:
+            scores = self.group.policy.spec.eviction_scores(keys, None if plan.reads_every_key else real)
+        else:
+            scores = -attention
         pinned = sink | (column >= plan.protect_from) | (column < 0)
         scores = scores.masked_fill(pinned, float("-inf"))
         return scores.masked_fill(~real & (column >= 0), float("inf"))
@@ -128,21 +170,30 @@ class ScoredLayer(BoundedLayer):
         every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
         keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
         if plan.evict_after:
-            priority = self._priority(plan, every["keys"], every["column"], every["real"], every["sink"])
-            limit = self.group.policy.limit
-            keep = priority.sort(dim=-1, stable=True).indices[..., :limit].sort(-1).values  # [B, H, L], in old order
-            for name, tensor in every.items():
-                index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
-                kept = tensor.gather(2, index)
-                spare = torch.full_like(kept[:, :, :1], SLOT_TENSORS.get(name, 0))
-                setattr(self, name, torch.cat([kept, spare], dim=2))
-            self.free = torch.full_like(self.free, limit)
+            if self.needs_query:
+                self.pending = (plan, every)
+            else:
+                self._compact(plan, every)
         else:
             self.reserve(plan.capacity)
             written = plan.kept + num_new
             for name, tensor in every.items():
                 getattr(self, name)[:, :, :written] = tensor
         return keys, values
+
+    def _compact(self, plan: ScoredPlan, every: dict, attention=None) -> None:
+        """Keep the `L` candidates of lowest eviction priority (a stable sort: the earlier first among equals), in
+        their old order; slot `L` is the free one."""
+        limit = self.group.policy.limit
+        by_column = every["column"].argsort(-1)  # equal priorities: the older kept (a stable sort from column order)
+        priority = self._priority(plan, every, attention).gather(-1, by_column)
+        keep = by_column.gather(-1, priority.sort(dim=-1, stable=True).indices[..., :limit]).sort(-1).values
+        for name, tensor in every.items():
+            index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
+            kept = tensor.gather(2, index)
+            spare = torch.full_like(kept[:, :, :1], SLOT_TENSORS.get(name, 0))
+            setattr(self, name, torch.cat([kept, spare], dim=2))
+        self.free = torch.full_like(self.free, limit)
 
     def kept_columns(self) -> torch.Tensor:
         """[B, H, kept] the columns each head keeps for the next token (-1: a slot holding nothing or a pad), in slot
@@ -168,3 +219,4 @@ class ScoredLayer(BoundedLayer):
     def reset(self) -> None:
         super().reset()
         self.column = self.real = self.sink = self.free = None
+        self.pending = None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..core.cache import BoundedCache
 from .attention_maps import attentions_in_sequence_order
+from .attention_scores import scoring_attention
 from .cache_setting import setting_of
 from .compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
 from .continuation import given_cache
@@ -150,7 +151,8 @@ def generate(
     kwargs = with_cache(kwargs, cache)
     # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
     # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
-    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache):  # maps in sequence order
+    # maps in sequence order; a query-scored policy's scores taken in the attention calls
+    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache), scoring_attention(self, cache):
         try:
             output = original(self, inputs, generation_config, *args, **kwargs)
         finally:
