@@ -45,19 +45,25 @@ def mask_for(model, seen: torch.Tensor) -> torch.Tensor:
     return torch.zeros(seen.shape, dtype=model.dtype).masked_fill(~seen, torch.finfo(model.dtype).min)
 
 
+def replacing(mask: torch.Tensor):
+    """A forward pre-hook that hands an attention module `mask` as its `attention_mask`."""
+
+    def replace(module, args, kwargs):
+        kwargs["attention_mask"] = mask
+        return args, kwargs
+
+    return replace
+
+
 @contextlib.contextmanager
 def per_layer_masks(model, masks: dict[int, torch.Tensor]) -> Iterator[None]:
     """While active, attention layer `i` gets `masks[i]` ([B, query heads, q, k] booleans) as its mask."""
     handles = []
     for index, module in attention_modules(model).items():
-        if index not in masks:
-            continue
-
-        def replace(module, args, kwargs, mask=mask_for(model, masks[index])):
-            kwargs["attention_mask"] = mask
-            return args, kwargs
-
-        handles.append(module.register_forward_pre_hook(replace, with_kwargs=True))
+        if index in masks:
+            handles.append(
+                module.register_forward_pre_hook(replacing(mask_for(model, masks[index])), with_kwargs=True)
+            )
     try:
         yield
     finally:
@@ -231,4 +237,6 @@ def replay_logits(model, sequence, attention_mask, prompt, history, *, chunk=Non
             seen[:, :, torch.arange(start, end), torch.arange(start, end)] = True
         masks[layer] = seen.repeat_interleave(groups, dim=1)
     with per_layer_masks(model, masks), torch.no_grad():
-        return model(input_ids=sequence, attention_mask=attention_mask, position_ids=positions_of(attention_mask)).logits
+        return model(
+            input_ids=sequence, attention_mask=attention_mask, position_ids=positions_of(attention_mask)
+        ).logits

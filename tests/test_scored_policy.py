@@ -38,8 +38,14 @@ LOGITS = {torch.float64: 1e-6, torch.float32: 1e-4}  # generate's logits are flo
 def tiny_llama(attention: str = "sdpa", dtype=torch.float64, sharp: float = 1.0):
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, attn_implementation=attention,
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attn_implementation=attention,
     )
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # `sharp` scales queries and keys: attention far from uniform, score gaps far from noise
@@ -98,17 +104,36 @@ class PolicyReferences:
             torch.manual_seed(2)
             with recording(model, cache) as kept:
                 out = model.generate(
-                    ids, attention_mask=mask, max_new_tokens=16, min_new_tokens=16, cache_limit=limit,
-                    num_sink_tokens=sinks, cache_policy=policy, prefill_chunk_size=chunk,
-                    return_dict_in_generate=True, output_logits=True, pad_token_id=0, **{CACHE_ARGUMENT: cache},
+                    ids,
+                    attention_mask=mask,
+                    max_new_tokens=16,
+                    min_new_tokens=16,
+                    cache_limit=limit,
+                    num_sink_tokens=sinks,
+                    cache_policy=policy,
+                    prefill_chunk_size=chunk,
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                    pad_token_id=0,
+                    **{CACHE_ARGUMENT: cache},
                     **({"do_sample": False} | options),
                 )
         sequence = out.sequences
-        full_mask = torch.cat([mask, torch.ones(mask.shape[0], sequence.shape[1] - mask.shape[1], dtype=mask.dtype)], 1)
+        full_mask = torch.cat(
+            [mask, torch.ones(mask.shape[0], sequence.shape[1] - mask.shape[1], dtype=mask.dtype)], 1
+        )
         eager = None if score is keydiff_score else tiny_llama("eager", self.dtype, sharp)
         reference, gap = slow_reference(
-            model, sequence, full_mask, ids.shape[1], limit=limit, sinks=sinks, protected=protected, chunk=chunk,
-            score=score, eager=eager,
+            model,
+            sequence,
+            full_mask,
+            ids.shape[1],
+            limit=limit,
+            sinks=sinks,
+            protected=protected,
+            chunk=chunk,
+            score=score,
+            eager=eager,
         )
         tie = TIE[self.dtype] if eager is None else TIE["attention"]
         assert_same_evictions(kept, reference, gap, tie)
@@ -147,12 +172,25 @@ def test_protected_window_is_the_window():
     ids, mask = prompt(2, 9, (0, 3))
     with cachelimit.patched("llama"):
         window = model.generate(
-            ids, attention_mask=mask, max_new_tokens=20, do_sample=False, cache_limit=8, output_logits=True,
-            return_dict_in_generate=True, pad_token_id=0,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=20,
+            do_sample=False,
+            cache_limit=8,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
         )
         scored = model.generate(
-            ids, attention_mask=mask, max_new_tokens=20, do_sample=False, cache_limit=8,
-            cache_policy=KeyDiff(protected=8), output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=20,
+            do_sample=False,
+            cache_limit=8,
+            cache_policy=KeyDiff(protected=8),
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
         )
     torch.testing.assert_close(torch.stack(scored.logits), torch.stack(window.logits), rtol=0, atol=1e-9)
 
@@ -165,9 +203,19 @@ def test_beams_score_what_the_references_score():
     ids, mask = prompt(1, 10)
     with cachelimit.patched("llama"):
         out = model.generate(
-            ids, attention_mask=mask, max_new_tokens=12, min_new_tokens=12, num_beams=3, num_return_sequences=3,
-            do_sample=False, length_penalty=0.0, cache_limit=8, cache_policy="keydiff", return_dict_in_generate=True,
-            output_scores=True, pad_token_id=0,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=12,
+            min_new_tokens=12,
+            num_beams=3,
+            num_return_sequences=3,
+            do_sample=False,
+            length_penalty=0.0,
+            cache_limit=8,
+            cache_policy="keydiff",
+            return_dict_in_generate=True,
+            output_scores=True,
+            pad_token_id=0,
         )
     width = ids.shape[1]
     for row, sequence in enumerate(out.sequences):
@@ -187,17 +235,35 @@ def test_continuation_matches_one_call():
     ids, mask = prompt(2, 10, (0, 2))
     with cachelimit.patched("llama"):
         whole = model.generate(
-            ids, attention_mask=mask, max_new_tokens=24, do_sample=False, cache_limit=8, cache_policy="keydiff",
-            output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=24,
+            do_sample=False,
+            cache_limit=8,
+            cache_policy="keydiff",
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
         )
         first = model.generate(
-            ids, attention_mask=mask, max_new_tokens=12, do_sample=False, cache_limit=8, cache_policy="keydiff",
-            return_dict_in_generate=True, pad_token_id=0,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=12,
+            do_sample=False,
+            cache_limit=8,
+            cache_policy="keydiff",
+            return_dict_in_generate=True,
+            pad_token_id=0,
         )
         more_mask = torch.cat([mask, torch.ones(2, 12, dtype=mask.dtype)], 1)
         second = model.generate(
-            first.sequences, attention_mask=more_mask, max_new_tokens=12, do_sample=False,
-            output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+            first.sequences,
+            attention_mask=more_mask,
+            max_new_tokens=12,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
             **{CACHE_ARGUMENT: returned_cache(first)},
         )
     torch.testing.assert_close(second.sequences, whole.sequences)
@@ -220,8 +286,15 @@ def test_bad_policy_arguments_fail_before_any_token(arguments, error, message):
     calls = []
     handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
     with cachelimit.patched("llama"), pytest.raises(error, match=message):
-        model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_limit=8, pad_token_id=0,
-                       return_dict_in_generate=True, **arguments)
+        model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=3,
+            cache_limit=8,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            **arguments,
+        )
     handle.remove()
     assert not calls
 

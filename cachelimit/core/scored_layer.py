@@ -152,7 +152,9 @@ class ScoredLayer(BoundedLayer):
         order = torch.arange(plan.kept, device=self.device)
         index = order + (order >= self.free[:, :, None]).long()  # [B, H, kept]
         return {
-            name: tensor.gather(2, index if tensor.dim() == 3 else index[..., None].expand(-1, -1, -1, tensor.shape[-1]))
+            name: tensor.gather(
+                2, index if tensor.dim() == 3 else index[..., None].expand(-1, -1, -1, tensor.shape[-1])
+            )
             for name, tensor in tensors.items()
         }
 

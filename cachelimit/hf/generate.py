@@ -118,7 +118,14 @@ def methods_pinned_for_the_run(model) -> Iterator[None]:
 
 
 def generate(
-    self, inputs=None, generation_config=None, *args, cache_limit=None, num_sink_tokens=None, cache_policy=None, **kwargs
+    self,
+    inputs=None,
+    generation_config=None,
+    *args,
+    cache_limit=None,
+    num_sink_tokens=None,
+    cache_policy=None,
+    **kwargs,
 ):
     """transformers' `generate`, plus `cache_limit=L` (keep at most L cached positions), `num_sink_tokens=S` (of
     which the first S real tokens of each row) and `cache_policy` (what else is kept: the window by default, or a
