@@ -1,29 +1,36 @@
-"""What a bounded decode step costs on top of the model: aten ops, host syncs and ms per step (issue 18).
+"""What a bounded decode step costs on top of the model: aten ops, host syncs and CPU time (issues 18, 28).
 
     python benchmarks/step_overhead.py                      # writes docs/step_overhead.json and .md
     python benchmarks/step_overhead.py --out /tmp/steps --steps 60
 
-The built-in tiny model (a 4-layer Llama, batch 1, one thread) reads a seeded prompt of 32 tokens and decodes
-`--steps` + 40 more with a window of L=64 (full from step 33: the last `--steps` are steady); every variant runs in
-this one process, so the ratios compare runs of the same machine and minute. Eager: transformers' `DynamicCache`
-(unbounded), the ideal bounded cache (`cachelimit.bench.ideal`: one write into a ring, nothing else), cachelimit
-(growing and static ring, with and without 4 sinks). Compiled (inductor, `CompileConfig._compile_all_devices` on
-CPU): transformers' `StaticCache` without a window, and cachelimit's static ring. Per variant: the median ms of the
-last `--steps` steps (from one stopping check to the next; the median of `--repeats` runs taken round robin), and,
-eager only, the aten ops and host syncs per step (a dispatch mode: under compile it would change what the graph
-runs), with ratios to the unbounded eager step and to the compiled `StaticCache`.
+The built-in tiny model (a 4-layer Llama, batch 1, one thread) reads a seeded prompt of 32 tokens and generates
+`--steps` + 40 tokens with a window of L=64 (full from step 33: the last `--steps` are steady). Eager: transformers'
+`DynamicCache` (unbounded), the ideal bounded cache (`cachelimit.bench.ideal`: one write into a ring, nothing else),
+cachelimit (growing and static ring, with and without 4 sinks). Compiled (inductor,
+`CompileConfig._compile_all_devices` on CPU): transformers' `StaticCache` without a window, and cachelimit's static
+ring. Times: `cachelimit.bench.alternate.measure`, one `generate` call per variant per repeat, all variants
+alternated in this one process (one untimed warm-up round, where the compiles happen; each variant's cache built
+untimed before its call), reported as the process CPU time of the call over that of the unbounded eager call of the
+same repeat (and, for every row, over compiled `StaticCache`'s), median [min, max] over `--repeats`, with the median
+CPU and wall ms per generated token beside it. A call includes the prefill and the 32 steps that fill the window:
+with the default 200 steady steps they are a small share. Ops and host syncs per step: counted eagerly by a dispatch
+mode over the last `--steps` steps (under compile it would change what the graph runs); exact, not timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+if TYPE_CHECKING:
+    from cachelimit.bench.alternate import Measurement
 
 PROMPT, LIMIT, SINKS, EXTRA = 32, 64, 4, 40
 SYNC_OPS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten.nonzero", "aten.equal")
@@ -64,19 +71,19 @@ def variants(model, compiled: bool) -> dict:
     }
 
 
-def run(model, ids, steps: int, arguments: dict, count_ops: bool):
-    """Median ms of the last `steps` decode steps, and (count_ops) the median ops and syncs per step."""
+def generate(model, ids, steps: int, arguments: dict) -> None:
+    """One unit of work: the prompt read and `steps` + EXTRA tokens generated greedily."""
     import torch
+
+    with torch.inference_mode():
+        model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps + EXTRA, do_sample=False, **arguments
+        )
+
+
+def count_ops(model, ids, steps: int, arguments: dict) -> dict:
+    """The median aten ops and host syncs per step over the last `steps` decode steps (eager only: exact counts)."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from transformers import StoppingCriteria
-
-    class Clock(StoppingCriteria):
-        def __init__(self):
-            self.stamps = []
-
-        def __call__(self, input_ids, scores, **kwargs):
-            self.stamps.append(time.perf_counter())
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
 
     class Ops(TorchDispatchMode):
         def __init__(self):
@@ -88,46 +95,30 @@ def run(model, ids, steps: int, arguments: dict, count_ops: bool):
             self.syncs += str(func.overloadpacket) in SYNC_OPS
             return func(*args, **(kwargs or {}))
 
-    clock, counter = Clock(), Ops()
-
-    def mark(*_):
-        counter.marks.append((counter.ops, counter.syncs))
-
-    handle = model.register_forward_pre_hook(mark) if count_ops else None  # a hook would be traced into the graph
+    counter = Ops()
+    handle = model.register_forward_pre_hook(lambda *_: counter.marks.append((counter.ops, counter.syncs)))
     try:
-        with torch.inference_mode(), counter if count_ops else _nothing():
-            model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=steps + EXTRA,
-                do_sample=False,
-                stopping_criteria=[clock],
-                **arguments,
-            )
+        with counter:
+            generate(model, ids, steps, arguments)
     finally:
-        if handle is not None:
-            handle.remove()
-    times = [b - a for a, b in zip(clock.stamps, clock.stamps[1:], strict=False)][-steps:]
-    row = {"ms_per_step": statistics.median(times) * 1000}
-    if count_ops:
-        marks = counter.marks[-steps - 1 :]
-        row["ops_per_step"] = statistics.median(b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False))
-        row["syncs_per_step"] = statistics.median(b[1] - a[1] for a, b in zip(marks, marks[1:], strict=False))
-    return row
+        handle.remove()
+    marks = counter.marks[-steps - 1 :]
+    pairs = list(zip(marks, marks[1:], strict=False))
+    return {
+        "ops_per_step": statistics.median(b[0] - a[0] for a, b in pairs),
+        "syncs_per_step": statistics.median(b[1] - a[1] for a, b in pairs),
+    }
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+EAGER_DYNAMIC, COMPILED_STATIC = "eager dynamic (unbounded)", "compiled StaticCache (unbounded)"
 
 
-def measure(steps: int, repeats: int) -> list[dict]:
+def run_all(steps: int, repeats: int) -> tuple[list[dict], Measurement]:
+    """The rows (ops and syncs, CPU ratios to both baselines, ms per token) and the measurement's JSON."""
     import torch
 
     import cachelimit
+    from cachelimit.bench.alternate import measure
     from cachelimit.cli.tiny_model import build_tiny_model
 
     torch.set_num_threads(1)
@@ -136,61 +127,92 @@ def measure(steps: int, repeats: int) -> list[dict]:
     model.generation_config.eos_token_id = None
     ids = torch.randint(1, 256, (1, PROMPT), generator=torch.Generator().manual_seed(0))
     eager, compiled = variants(model, compiled=False), variants(model, compiled=True)
-    rows = [
-        {"variant": name, **run(model, ids, steps, arguments(), count_ops=True)} for name, arguments in eager.items()
-    ]
-    rows += [{"variant": name} for name in compiled]
+    counts = {name: count_ops(model, ids, steps, arguments()) for name, arguments in eager.items()}
+    every, prepared = {**eager, **compiled}, {}
+
+    def setup(name: str) -> None:  # a fresh cache per call, built untimed
+        prepared[name] = every[name]()
+
+    calls = {name: (lambda name=name: generate(model, ids, steps, prepared.pop(name))) for name in every}
     torch._dynamo.reset()
-    for arguments in compiled.values():  # warm-up, the same lengths: the compiles happen here
-        run(model, ids, steps, arguments(), count_ops=False)
-    times: dict[str, list[float]] = {name: [] for name in [*eager, *compiled]}
-    for _ in range(repeats):  # round robin: a burst of load on the shared machine hits every variant alike
-        for name, arguments in {**eager, **compiled}.items():
-            times[name].append(run(model, ids, steps, arguments(), count_ops=False)["ms_per_step"])
-    for row in rows:
-        row["ms_per_step"] = statistics.median(times[row["variant"]])  # timed without the dispatch mode
-        print(f"{row['variant']}: {row}", flush=True)
-    by_name = {row["variant"]: row for row in rows}
-    for row in rows:
-        row["ms_vs_eager_dynamic"] = row["ms_per_step"] / by_name["eager dynamic (unbounded)"]["ms_per_step"]
-        row["ms_vs_compiled_static"] = row["ms_per_step"] / by_name["compiled StaticCache (unbounded)"]["ms_per_step"]
-        if "ops_per_step" in row:
-            row["ops_vs_eager_dynamic"] = row["ops_per_step"] / by_name["eager dynamic (unbounded)"]["ops_per_step"]
-    return rows
+    by_eager = measure(calls, baseline=EAGER_DYNAMIC, repeats=repeats, warmup=1, setup=setup)
+    by_compiled = dataclasses.replace(by_eager, baseline=COMPILED_STATIC)  # the same calls, the other baseline
+    tokens = steps + EXTRA
+    rows = []
+    for name in every:
+        eager_ratio, compiled_ratio = by_eager.summary(name), by_compiled.summary(name)
+        rows.append(
+            {
+                "variant": name,
+                **counts.get(name, {}),
+                "cpu_vs_eager_dynamic": [eager_ratio[k] for k in ("ratio_median", "ratio_min", "ratio_max")],
+                "cpu_vs_compiled_static": [compiled_ratio[k] for k in ("ratio_median", "ratio_min", "ratio_max")],
+                "cpu_ms_per_token": eager_ratio["cpu_s_median"] * 1000 / tokens,
+                "wall_ms_per_token": eager_ratio["wall_s_median"] * 1000 / tokens,
+                "repeats": eager_ratio["n"],
+            }
+        )
+        print(rows[-1], flush=True)
+    return rows, by_eager
+
+
+def _spread(ratio: list[float]) -> str:
+    return f"{ratio[0]:.2f} [{ratio[1]:.2f}, {ratio[2]:.2f}]"
 
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| variant | ms/step | ops/step | syncs/step | ms / eager dynamic | ms / compiled static |",
-        "|---|---|---|---|---|---|",
+        "| variant | ops/step | syncs/step | CPU / eager dynamic | CPU / compiled static | CPU ms/token | wall ms/token |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         ops = f"{row['ops_per_step']:.0f}" if "ops_per_step" in row else "-"
         syncs = f"{row['syncs_per_step']:.0f}" if "syncs_per_step" in row else "-"
         lines.append(
-            f"| {row['variant']} | {row['ms_per_step']:.2f} | {ops} | {syncs} | "
-            f"{row['ms_vs_eager_dynamic']:.2f} | {row['ms_vs_compiled_static']:.2f} |"
+            f"| {row['variant']} | {ops} | {syncs} | {_spread(row['cpu_vs_eager_dynamic'])} | "
+            f"{_spread(row['cpu_vs_compiled_static'])} | {row['cpu_ms_per_token']:.2f} | {row['wall_ms_per_token']:.2f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def machine_name() -> str:
+    """The CPU model (from /proc/cpuinfo where there is one), so the numbers go with the machine they ran on."""
+    import platform
+
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        return next(line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder for step_overhead.json/.md")
-    parser.add_argument("--steps", type=int, default=100, help="steady steps measured per variant (default 100)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per variant, round robin (default 5)")
+    parser.add_argument("--steps", type=int, default=200, help="steady steps per generate call (default 200)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per variant, alternated (default 5)")
     args = parser.parse_args()
-    import platform
+    import datetime
 
     import torch
     import transformers
 
-    rows = measure(args.steps, args.repeats)
-    machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
+    rows, measurement = run_all(args.steps, args.repeats)
+    machine = (
+        f"{machine_name()}, {measurement.cores} cores, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, {datetime.date.today().isoformat()}"
+    )
+    unit = f"one generate call: a {PROMPT}-token prompt, {args.steps + EXTRA} new tokens, window L={LIMIT}"
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "step_overhead.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    (args.out / "step_overhead.md").write_text(f"Machine: {machine}, one thread\n\n" + table(rows))
-    print(table(rows))
+    report = {"machine": machine, "unit": unit, "rows": rows, "measurement": measurement.to_json()}
+    (args.out / "step_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    text = (
+        f"Machine: {machine}.\nUnit of work: {unit}. CPU: process CPU time of the call over the baseline's call of "
+        f"the same repeat, median [min, max] of {args.repeats} repeats, variants alternated in one process.\n"
+        f"{measurement.conditions()}\n\n" + table(rows)
+    )
+    (args.out / "step_overhead.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class SupportedRangeTest(unittest.TestCase):
-    def test_setup_py_declares_the_compat_range(self):
-        declared = re.search(r'"transformers([^"]+)"', (REPO / "setup.py").read_text()).group(1)
+    def test_pyproject_declares_the_compat_range(self):
+        declared = re.search(r'"transformers([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
         self.assertEqual(SpecifierSet(declared), SpecifierSet(compat.SUPPORTED_RANGE))
         self.assertEqual(cachelimit.SUPPORTED_RANGE, compat.SUPPORTED_RANGE)
 

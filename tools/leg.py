@@ -8,7 +8,7 @@
 The leg is the README's test command with another transformers pin: the same install steps (torch pinned
 first, so no CUDA build is pulled in; the project with its test extras; any extra step the README adds),
 in `.venvs/tf-<version>` instead of `.venv`, then pytest. Reusing the README command keeps every leg in step
-with the main one. A release outside setup.py's range (say, the one that came out today) is installed over
+with the main one. A release outside pyproject.toml's range (say, the one that came out today) is installed over
 the newest supported one, so the leg shows what breaks before the range is widened. Only the standard
 library is used: run it with any Python 3.10+.
 """
@@ -79,7 +79,7 @@ def leg_command(version: str, venv: str, pytest_args: list[str]) -> str:
         if PIN.search(step):
             if in_range:
                 step = PIN.sub(f"transformers=={version}", step)
-            else:  # pip would refuse a pin outside setup.py's range: install it over the newest supported one
+            else:  # pip would refuse a pin outside pyproject.toml's range: install it over the newest supported one
                 step = f"{PIN.sub('', step).strip()} && pip install transformers=={version}"
         out.append(step)
     out.append("python -c 'import transformers; print(\"transformers\", transformers.__version__)'")

@@ -1,9 +1,9 @@
 """Every difference between the transformers releases cachelimit supports, in one place.
 
-cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x (`SUPPORTED_RANGE`, as setup.py). Each difference
-that matters is one constant or function here, commented with its release, so the rest of the code never compares
-versions and a new release is one entry here (and a leg: `python tools/leg.py <version>`). A difference that can be
-bridged is (a name, a missing method); a feature an old release lacks is refused naming the release (`require`).
+cachelimit bridges transformers 4.57.6 (the last 4.x) through 5.24.x (`SUPPORTED_RANGE`, as pyproject.toml). Each
+difference that matters is one constant or function here, commented with its release, so the rest of the code never
+compares versions and a new release is one entry here (and a leg: `python tools/leg.py <version>`). A difference that
+can be bridged is (a name, a missing method); a feature an old release lacks is refused naming the release (`require`).
 """
 
 from __future__ import annotations

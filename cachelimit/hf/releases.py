@@ -12,7 +12,7 @@ import transformers
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-#: The releases cachelimit is tested on (the legs of `.ci/run`); setup.py declares the same.
+#: The releases cachelimit is tested on (the legs of `.ci/run`); pyproject.toml declares the same.
 OLDEST_SUPPORTED = "4.57.6"
 FIRST_UNSUPPORTED = "5.25"
 #: Release series inside that span that are left out, each for a bug of its own generate (measured: README
