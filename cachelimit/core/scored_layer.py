@@ -1,7 +1,7 @@
 """`ScoredLayer`: a bounded layer whose heads each keep the keys their policy scores best (`core.eviction`).
 
 Per KV head it holds up to `L + 1` slots in no order (placement and the shared mask: `core.scored`), and beside each
-slot the column of the token it holds, whether that token is real and whether it is a sink. A decode step writes the
+slot the column of the token it holds, whether that token is real and whether it may be evicted (`pin`). A decode step writes the
 new key and value into each head's free slot (a tensor index per head: one scatter, no copy of the cache), returns
 every slot, and, once the layer holds more than `L`, scores the keys and frees the slot of the one to evict: the
 highest eviction score among those neither protected nor sinks, pads before anything real, the most recent position
@@ -18,10 +18,12 @@ import torch
 
 from .eviction import QUERY_SCORED, pooled
 from .layers import BoundedLayer
-from .scored import ScoredPlan
+from .scored import PINNED, ScoredPlan
 
-#: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot
-SLOT_TENSORS = {"column": -1, "real": False, "sink": False}
+#: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot: the column of the
+#: token held, whether it is real, and its `pin` (its column, or PINNED for a sink: a slot whose pin is at least the
+#: first protected column is never evicted, one comparison per step)
+SLOT_TENSORS = {"column": -1, "real": False, "pin": PINNED}
 
 
 def evicted_slot(priority: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
@@ -36,11 +38,11 @@ def evicted_slot(priority: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
 
 class ScoredLayer(BoundedLayer):
     """One decoder layer of a scored group: keys and values [B, H, slots, d] plus, per slot, `column` (-1: empty),
-    `real` and `sink`; `free` [B, H] is the slot each head's next decode step writes."""
+    `real` and `pin`; `free` [B, H] is the slot each head's next decode step writes."""
 
     def __init__(self, group):
         super().__init__(group)
-        self.column = self.real = self.sink = self.free = None
+        self.column = self.real = self.pin = self.free = None
         #: a query-scored policy's eviction, waiting for the attention call's scores (`settle_scores`)
         self.pending: tuple[ScoredPlan, dict] | None = None
 
@@ -97,7 +99,7 @@ class ScoredLayer(BoundedLayer):
             "values": value_states,
             "column": plan.columns.expand(plan.new_real.shape[0], heads, 1),
             "real": plan.new_real[:, None, :].expand(-1, heads, -1),
-            "sink": plan.new_sink[:, None, :].expand(-1, heads, -1),
+            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
         }
         if plan.evicting:
             slot = self.free[:, :, None]
@@ -112,7 +114,7 @@ class ScoredLayer(BoundedLayer):
         if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
             keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
         if plan.evict_after:
-            held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "sink": self.sink}
+            held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "pin": self.pin}
             if self.needs_query:
                 self.pending = (plan, held)
             else:
@@ -135,14 +137,14 @@ class ScoredLayer(BoundedLayer):
         measured), -inf for what is never evicted, +inf for pads."""
         keys, column = held["keys"], held["column"]
         width = keys.shape[-2]
-        real, sink = held["real"][..., :width], held["sink"][..., :width]
+        every_real = plan.reads_every_key  # a steady step: every slot holds a real token
+        real, pin = held["real"][..., :width], held["pin"][..., :width]
         if attention is None:
-            scores = self.group.policy.spec.eviction_scores(keys, None if plan.reads_every_key else real)
+            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real)
         else:
             scores = -attention
-        pinned = sink | (column >= plan.protect_from) | (column < 0)
-        scores = scores.masked_fill(pinned, float("-inf"))
-        return scores.masked_fill(~real & (column >= 0), float("inf"))
+        scores = scores.masked_fill(pin >= plan.protect_from, float("-inf"))
+        return scores if every_real else scores.masked_fill(~real & (column >= 0), float("inf"))
 
     def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
         """The held slots a multi-token forward reads as its past: all but each head's free slot."""
@@ -167,7 +169,7 @@ class ScoredLayer(BoundedLayer):
             "values": value_states,
             "column": plan.columns.expand(batch, heads, -1),
             "real": plan.new_real[:, None, :].expand(-1, heads, -1),
-            "sink": plan.new_sink[:, None, :].expand(-1, heads, -1),
+            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
         }
         every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
         keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
@@ -220,5 +222,5 @@ class ScoredLayer(BoundedLayer):
 
     def reset(self) -> None:
         super().reset()
-        self.column = self.real = self.sink = self.free = None
+        self.column = self.real = self.pin = self.free = None
         self.pending = None

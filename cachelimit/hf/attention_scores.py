@@ -70,15 +70,26 @@ def scoring(original):
         softcap = kwargs.get("softcap")
         if query.shape[2] == 1 and softcap is None:  # one query: its probabilities are the attention
             output, probabilities = one_query(query, key, value, plan.last_visibility(1), scaling)
-            layer.settle_scores(probabilities)
+            layer.settle_scores(per_cached_head(probabilities, layer))
             return output, None
         result = original(module, query, key, value, attention_mask, *args, **kwargs)
         visible = plan.last_visibility(spec.window)
-        layer.settle_scores(attention_scores(query, key, visible, scaling, spec.window, softcap))
+        scores = attention_scores(query, key, visible, scaling, spec.window, softcap)
+        layer.settle_scores(per_cached_head(scores, layer))
         return result
 
     attention.cachelimit_original = original
     return attention
+
+
+def per_cached_head(scores: torch.Tensor, layer: ScoredLayer) -> torch.Tensor:
+    """Scores per head of the keys the attention read -> per head of the cache: a model that expands its cached
+    heads before attention (multi-head latent attention caches one latent head for all query heads) averages the
+    query heads each cached head serves, as a KV group's are averaged."""
+    cached = layer.keys.shape[1]
+    if scores.shape[1] == cached:
+        return scores
+    return scores.reshape(scores.shape[0], cached, -1, scores.shape[-1]).mean(2)
 
 
 def one_query(query, key, value, visible, scaling: float):

@@ -24,7 +24,7 @@ from ..core.scored import ScoredPolicy
 from ..core.scored_layer import ScoredLayer
 from ..core.window import WindowPolicy
 from .cache_layers import hybrid_layer_class, own_layer
-from .compat import decoder_body, require, rotaries_apart, uses_rope
+from .compat import MLA_CACHES_LATENT, decoder_body, require, rotaries_apart, uses_rope
 from .installed import family_of
 from .layer_types import CHUNKED, RECURRENT, attention_windows, layer_kinds
 from .request import BoundedRequest
@@ -143,6 +143,7 @@ def fit(
                     "attention and a recurrent state in one cache layer, which the scored layer does not carry (use "
                     "the window: no cache_policy)."
                 )
+            check_scored_keys(model, request)
             layers.append(ScoredLayer(group))  # kept keys keep their positions: no sink is moved
             continue
         shift = rotaries.get(rotary_kind) if rotary_kind is not None else None
@@ -154,6 +155,18 @@ def fit(
             layers.append(hybrid_layer_class()(group, shift, rotary_kind or "", **kind.state_kwargs))
     recurrent = tuple(dict.fromkeys(kind.state for kind in kinds if kind.state in RECURRENT))
     cache.fit(model, list(groups.values()), [layer for layer in layers if layer is not None], recurrent)
+
+
+def check_scored_keys(model: torch.nn.Module, request: BoundedRequest) -> None:
+    """KeyDiff scores the cached keys themselves: refuse a cache that holds something else (multi-head latent
+    attention caches the compressed latent from 5.15.0 on; its keys are made from it per head at each step)."""
+    latent = getattr(model.config, "kv_lora_rank", None) is not None and MLA_CACHES_LATENT
+    if latent and request.policy.name == "keydiff":
+        raise ValueError(
+            f"cache_policy='keydiff' cannot serve {type(model).__name__} on this transformers release: its cache holds "
+            "the compressed latent of multi-head latent attention, not the keys attention reads, so KeyDiff's "
+            "cosine would score something else. Use cache_policy='tova' or 'snapkv' (they score the attention)."
+        )
 
 
 def policy_for(request: BoundedRequest, kind: str, size: int | None) -> WindowPolicy | ScoredPolicy:
