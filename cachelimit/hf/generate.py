@@ -141,6 +141,7 @@ def generate(
         inputs, generation_config, cache_limit, num_sink_tokens, static, kwargs = setting.apply(
             self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
         )
+        cache_policy = cache_policy if cache_policy is not None else setting.policy_for_run(cache_limit)
     given = passed_cache(kwargs)
     if cache_limit is None and num_sink_tokens is None and isinstance(given, BoundedCache):
         cache_limit, num_sink_tokens = given.policy.limit, given.policy.num_sinks  # continuing a bounded run
