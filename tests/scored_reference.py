@@ -111,16 +111,33 @@ def slow_keydiff(model, sequence, attention_mask, prompt, **options):
 
 
 def slow_reference(
-    model, sequence, attention_mask, prompt, *, limit, sinks, protected, chunk=None, layers=None, score, eager=None
+    model,
+    sequence,
+    attention_mask,
+    prompt,
+    *,
+    limit,
+    sinks,
+    protected,
+    chunk=None,
+    layers=None,
+    score,
+    eager=None,
+    heads=None,
+    others=None,
 ):
     """The slow reference's kept sets: a list (one per forward) of {layer: [B][H] set of real columns kept}, and
     the smallest score gap met at any eviction (see the module docstring). `eager`: the eager twin whose attention
-    weights an attention-scored policy reads (`model` itself for a key-scored one)."""
+    weights an attention-scored policy reads (`model` itself for a key-scored one). `layers`: the scored layers
+    (default: every attention layer), `heads`: the heads each caches (default: the config's KV heads), `others`:
+    {layer: [B, T, T] visibility, or the index of the layer whose mask it shares} for the attention layers the
+    policy leaves alone (a hybrid's sliding layers keep their window; a KV-sharing layer reads its owner's)."""
     model = eager or model
     batch, total = sequence.shape
     layers = sorted(attention_modules(model)) if layers is None else layers
-    heads = model.config.num_key_value_heads
+    heads = heads or model.config.num_key_value_heads
     groups = model.config.num_attention_heads // heads
+    others = others or {}
     real = attention_mask.bool()
     sink_columns = [set(real[b].nonzero().flatten()[:sinks].tolist()) for b in range(batch)]
     kept = {layer: [[set() for _ in range(heads)] for _ in range(batch)] for layer in layers}
@@ -138,6 +155,7 @@ def slow_reference(
             seen[..., start:end] = causal & real[:, None, None, start:end]
             seen[..., torch.arange(end - start), torch.arange(start, end)] = True  # every token reads itself
             masks[layer] = seen.repeat_interleave(groups, dim=1)
+        masks.update(other_masks(others, masks, start, end, model.config.num_attention_heads))
         with per_layer_masks(model, masks), torch.no_grad():
             output = model(
                 input_ids=sequence[:, start:end],
@@ -160,6 +178,19 @@ def slow_reference(
                     gap = min(gap, closest)
         history.append({layer: _real_only(kept[layer], real) for layer in layers})
     return history, gap
+
+
+def other_masks(others: dict, masks: dict, start: int, end: int, query_heads: int) -> dict:
+    """The masks of the layers a policy leaves alone for the forward over columns [start, end): rows of their
+    visibility, or the mask of the layer they share keys with."""
+    found = {}
+    for layer, seen in others.items():
+        if not isinstance(seen, int):
+            found[layer] = seen[:, None, start:end, :end].expand(-1, query_heads, -1, -1)
+    for layer, owner in others.items():
+        if isinstance(owner, int):
+            found[layer] = masks.get(owner, found.get(owner))
+    return found
 
 
 def _real_only(kept, real) -> list[list[set[int]]]:
@@ -215,11 +246,14 @@ def recording(model, cache) -> Iterator[list]:
         handle.remove()
 
 
-def replay_logits(model, sequence, attention_mask, prompt, history, *, chunk=None) -> torch.Tensor:
+def replay_logits(
+    model, sequence, attention_mask, prompt, history, *, chunk=None, heads=None, others=None
+) -> torch.Tensor:
     """[B, T, vocab] logits of one forward over `sequence` in which each token reads what `history` (the kept sets
-    before each forward, one entry per forward) says its layer and head kept, plus its own forward's tokens."""
+    before each forward, one entry per forward) says its layer and head kept, plus its own forward's tokens;
+    `heads`, `others`: as for `slow_reference`."""
     batch, total = sequence.shape
-    heads = model.config.num_key_value_heads
+    heads = heads or model.config.num_key_value_heads
     groups = model.config.num_attention_heads // heads
     real = attention_mask.bool()
     masks = {}
@@ -236,6 +270,7 @@ def replay_logits(model, sequence, attention_mask, prompt, history, *, chunk=Non
             seen[:, :, start:end, start:end] = causal & real[:, None, None, start:end]
             seen[:, :, torch.arange(start, end), torch.arange(start, end)] = True
         masks[layer] = seen.repeat_interleave(groups, dim=1)
+    masks.update(other_masks(others or {}, masks, 0, total, model.config.num_attention_heads))
     with per_layer_masks(model, masks), torch.no_grad():
         return model(
             input_ids=sequence, attention_mask=attention_mask, position_ids=positions_of(attention_mask)
