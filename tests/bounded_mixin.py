@@ -17,14 +17,7 @@ from cachelimit import BoundedCache
 from cachelimit.hf import compat
 from cachelimit.hf.compat import REPETITION_PENALTY_SKIPS_LEFT_PADDING, passed_cache
 from tests.bounded_helpers import ATOL, BF16_ATOL, NEW, BoundedHelpers
-from tests.common import (
-    ATTENTION,
-    PAD,
-    VOCAB,
-    head_dim,
-    kv_heads,
-    left_padded_batch,
-)
+from tests.common import ATTENTION, PAD, VOCAB, given_cache, head_dim, kv_heads, left_padded_batch, returned_cache
 from tests.growth_spec import ring_capacities, widths_between
 from tests.reference import extended_mask, generated_step_logits
 
@@ -70,7 +63,7 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         atol = ATOL if dtype == "float32" else BF16_ATOL
         ids, mask = left_padded_batch([3, 10], seed=2)
         output = self.bounded(model, ids, mask, 4)
-        self.assertEqual(output.past_key_values.layers[0].keys.dtype, model.dtype)
+        self.assertEqual(returned_cache(output).layers[0].keys.dtype, model.dtype)
         self.assert_matches_reference(model, output, mask, 4, atol=atol)
         for wrong in (3, 5):
             gap = (torch.stack(output.logits, 1) - generated_step_logits(model, output.sequences, mask, wrong)).abs()
@@ -99,7 +92,7 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         for first in (0, 3):  # three different samples of each prompt
             self.assertEqual(len({tuple(row.tolist()) for row in output.sequences[first : first + 3]}), 3)
         self.assert_matches_reference(model, output, mask.repeat_interleave(3, 0), 2)
-        self.assertLessEqual(int(output.past_key_values.kept_lengths().max()), 2)
+        self.assertLessEqual(int(returned_cache(output).kept_lengths().max()), 2)
 
     def test_beam_search_every_returned_beam_matches_reference(self):
         model = self.build()
@@ -220,7 +213,7 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         model = self.build(layers=3)
         ids, mask = left_padded_batch([9, 4], seed=10)
         for sinks in (0, 2):
-            cache = self.bounded(model, ids, mask, 5, num_sink_tokens=sinks or None).past_key_values
+            cache = returned_cache(self.bounded(model, ids, mask, 5, num_sink_tokens=sinks or None))
             per_head = kv_heads(model.config) * head_dim(model.config) * 4  # float32
             per_slot = 2 * per_head  # keys + values
             sink_copies = sinks * per_head if self.uses_rope else 0  # un-rotated sink keys
@@ -231,11 +224,11 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         model = self.build()
         ids, mask = left_padded_batch([7, 3], seed=11)
         first = self.bounded(model, ids, mask, 3, max_new_tokens=5)
-        cache = first.past_key_values
+        cache = returned_cache(first)
         self.assertLessEqual(int(cache.kept_lengths().max()), 3)
         ext = extended_mask(mask, first.sequences)
-        second = self.bounded(model, first.sequences, ext, 3, max_new_tokens=6, past_key_values=cache)
-        self.assertIs(second.past_key_values, cache)
+        second = self.bounded(model, first.sequences, ext, 3, max_new_tokens=6, **given_cache(cache))
+        self.assertIs(returned_cache(second), cache)
         whole = self.bounded(model, ids, mask, 3, max_new_tokens=11)
         self.assertTrue(torch.equal(second.sequences, whole.sequences))
         logits = torch.stack(first.logits + second.logits, 1)
@@ -253,8 +246,8 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         extra = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(0))
         prompt = torch.cat([first.sequences, extra], 1)
         prompt_mask = extended_mask(mask, prompt)
-        cache = first.past_key_values
-        second = self.bounded(model, prompt, prompt_mask, 3, past_key_values=cache, prefill_chunk_size=second_chunk)
+        cache = returned_cache(first)
+        second = self.bounded(model, prompt, prompt_mask, 3, **given_cache(cache), prefill_chunk_size=second_chunk)
         spans = [] if first_chunk else [(0, ids.shape[1])]
         spans += [] if second_chunk else [(first.sequences.shape[1] - 1, prompt.shape[1])]
         self.assert_matches_reference(model, second, prompt_mask, 3, full_attention_spans=spans)
@@ -274,4 +267,4 @@ class BoundedGenerationTesterMixin(BoundedHelpers):
         for name in ("scores", "logits"):
             for mine, theirs in zip(getattr(patched, name), getattr(original, name), strict=True):
                 self.assertTrue(torch.equal(mine, theirs), name)
-        self.assertNotIsInstance(patched.past_key_values, BoundedCache)
+        self.assertNotIsInstance(returned_cache(patched), BoundedCache)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from parameterized import parameterized
 
-from tests.common import left_padded_batch
+from tests.common import left_padded_batch, returned_cache
 from tests.family_mixin import ATOL, ATTENTION, NEW, OracleHelpers
 from tests.reference import banded_logits, banded_visibility, extended_mask, generated_step_logits
 from tests.sink_helpers import SinkHelpers
@@ -37,7 +37,7 @@ class ChunkedOracleMixin(OracleHelpers, SinkHelpers):
         ids, mask = left_padded_batch([9, 5], seed=1)
         bounded = self.generate(model, ids, mask, 40, max_new_tokens=12)
         self.assert_same_run(bounded, self.generate(model, ids, mask, None, max_new_tokens=12))
-        kept = bounded.past_key_values.kept_lengths_by_type()
+        kept = returned_cache(bounded).kept_lengths_by_type()
         self.assertTrue(torch.equal(kept[CHUNKED], torch.tensor([3, 3])))
         self.assertTrue(torch.equal(kept[FULL], torch.tensor([9, 5]) + 11))
 
@@ -72,7 +72,7 @@ class ChunkedOracleMixin(OracleHelpers, SinkHelpers):
         model = self.build_chunked(chunk=3)
         ids, mask = left_padded_batch([8, 3], seed=4)
         out, logits = self.run_sinks(model, ids, mask, 5, 2, NEW + 6, prefill_chunk_size=chunk)
-        kept = out.past_key_values.kept_lengths_by_type()
+        kept = returned_cache(out).kept_lengths_by_type()
         self.assertTrue(torch.equal(kept[CHUNKED], torch.tensor([4, 4])))
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 5, 2, window_prefill=chunk is not None)
 

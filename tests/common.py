@@ -88,6 +88,19 @@ def build_tiny_model(
     return model
 
 
+def returned_cache(output):
+    """The cache a `generate`/forward output returns, read under the installed release's name (`.cache` from
+    transformers 5.24.0 on, where reading `.past_key_values` logs a deprecation notice the suite turns into an error;
+    `.past_key_values` before)."""
+    return compat.output_cache(output)
+
+
+def given_cache(cache) -> dict[str, Any]:
+    """`generate(..., **given_cache(cache))`: the cache under the name the installed release takes (`cache` from
+    5.24.0 on, `past_key_values` before), so that no call a test makes goes through transformers' renaming."""
+    return {compat.CACHE_ARGUMENT: cache}
+
+
 def left_padded_batch(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Random prompts of the given real lengths, left padded with PAD to the longest (ids never equal PAD)."""
     generator = torch.Generator().manual_seed(seed)
@@ -176,6 +189,38 @@ def skip_where_the_family_refuses_sinks(test, family: str) -> None:
     refusal = declared(family).sink_refusal
     if refusal:
         test.skipTest(f"{family} refuses num_sink_tokens ({refusal}...), tested by its declaration")
+
+
+#: the reason a run that reads several tokens in a forward after the first (a chunked prefill, new text after a
+#: returned cache) is refused on a model whose recurrent layers restart their state there (its ValueError's words)
+RESTARTS = (
+    r"recurrent layers restart their .*state on a forward of several tokens after the first.*transformers itself"
+)
+
+
+def multi_token_refusal(model: torch.nn.Module) -> str | None:
+    """What refuses a chunked prefill or new text after a cache on `model` (a regex of the ValueError), or None where
+    it is served: the model's own recurrent layers restarting their state there (cachelimit's probe, itself checked
+    against transformers' own runs of every recurrent family by `tests/recurrent_mixin.py`), or a release whose
+    recurrent layers misapply the state they read."""
+    from cachelimit.hf.recurrent_state import has_recurrent_layers, restart_reason
+
+    if not has_recurrent_layers(model.config):
+        return None
+    if not compat.at_least(compat.RECURRENT_STATE_CARRIED):
+        return f"recurrent layers.*{compat.RECURRENT_STATE_CARRIED}"
+    return RESTARTS if restart_reason(model) is not None else None
+
+
+def refused_as_restarting(test, model: torch.nn.Module, run) -> bool:
+    """Where `model` refuses several tokens in a forward after the first, `run()` (such a run) must raise with the
+    reason, and the test has nothing more to compare (True); elsewhere nothing is run (False)."""
+    refusal = multi_token_refusal(model)
+    if refusal is None:
+        return False
+    with test.assertRaisesRegex(ValueError, refusal):
+        run()
+    return True
 
 
 def skip_where_sinks_are_refused(test, model: torch.nn.Module) -> None:

@@ -1,11 +1,53 @@
 """One torch thread per pytest-xdist worker: the workers already use every core (`-n auto`), and more threads
-than cores only make each of them wait."""
+than cores only make each of them wait.
+
+transformers 5.24.0 renamed `past_key_values` to `cache`. Passing the old name raises a FutureWarning, which
+pyproject.toml's filterwarnings turns into an error; reading `output.past_key_values` only logs a notice
+(`logger.warning_once` in transformers/utils/generic.py), which no warnings filter sees. `CacheNameNotice` makes that
+notice a FutureWarning with the same text, so the same filter fails any test that reads the old name (on every read:
+the `warning_once` memory is cleared before each test), and nothing cachelimit ships or tests may use it.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
+import pytest
 import torch
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+#: the start of the notice transformers logs when code reads or passes a cache under its pre-5.24 name
+CACHE_NAME_NOTICE = "`past_key_values`/`cache_params` are deprecated"
+#: the module whose logger logs it (transformers/utils/generic.py, `ModelOutput.past_key_values` and kwargs renaming)
+NOTICE_LOGGER = "transformers.utils.generic"
+
+
+class CacheNameNotice(logging.Filter):
+    """Re-raises transformers' logged cache-name notice as a FutureWarning (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(CACHE_NAME_NOTICE):
+            warnings.warn(message, FutureWarning, stacklevel=2)
+        return True
+
+
+_notice_logger = logging.getLogger(NOTICE_LOGGER)
+_notice_logger.addFilter(CacheNameNotice())
+# its own level: the command line run in-process quiets transformers' loggers (`set_verbosity_error`), which would
+# drop the notice before any filter saw it
+_notice_logger.setLevel(logging.WARNING)
+
+
+@pytest.fixture(autouse=True)
+def _every_cache_name_notice():
+    """`warning_once` logs a message once per process: forget it before each test, so every test that reads the old
+    name is caught, not only the first one in a worker."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.warning_once.cache_clear()
+    yield

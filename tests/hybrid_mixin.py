@@ -12,7 +12,7 @@ import torch
 from parameterized import parameterized
 
 from cachelimit import BoundedLayer
-from tests.common import kv_layout, left_padded_batch
+from tests.common import kv_layout, left_padded_batch, returned_cache
 from tests.family_mixin import ATTENTION, NEW, OracleHelpers
 from tests.reference import generated_step_logits
 from tests.sink_helpers import SinkHelpers
@@ -33,11 +33,11 @@ class HybridOracleMixin(OracleHelpers, SinkHelpers):
         model = self.build_hybrid(attn)
         ids, mask = left_padded_batch([9, 5], seed=1)
         bounded = self.generate(model, ids, mask, 40)
-        groups = [group.name for group in bounded.past_key_values.groups]  # one group per attention type
+        groups = [group.name for group in returned_cache(bounded).groups]  # one group per attention type
         self.assertEqual(sorted(groups), ["full_attention", "sliding_attention"])
         native = self.generate(model, ids, mask, None)  # transformers' own hybrid run, nothing of cachelimit's
         self.assert_same_run(bounded, native)
-        kept = bounded.past_key_values.kept_lengths_by_type()
+        kept = returned_cache(bounded).kept_lengths_by_type()
         seen = torch.tensor([9, 5]) + NEW - 1
         self.assertTrue(torch.equal(kept["sliding_attention"], seen.clamp(max=3)))
         self.assertTrue(torch.equal(kept["full_attention"], seen))
@@ -49,7 +49,7 @@ class HybridOracleMixin(OracleHelpers, SinkHelpers):
         model = self.build_hybrid(attn)
         ids, mask = left_padded_batch([11, 4], seed=2)
         bounded = self.generate(model, ids, mask, 6, prefill_chunk_size=chunk)
-        kept = bounded.past_key_values.kept_lengths_by_type()
+        kept = returned_cache(bounded).kept_lengths_by_type()
         self.assertTrue(torch.equal(kept["sliding_attention"], torch.tensor([3, 3])))
         self.assertTrue(torch.equal(kept["full_attention"], torch.tensor([6, 6])))
         expected = self.assert_reference(model, bounded, mask, 6, window_prefill=chunk is not None)
@@ -74,7 +74,7 @@ class HybridOracleMixin(OracleHelpers, SinkHelpers):
         model = self.build_hybrid(window=4)
         ids, mask = left_padded_batch([9, 3], seed=5)
         out, logits = self.run_sinks(model, ids, mask, 6, 2, 14, prefill_chunk_size=chunk)
-        kept = out.past_key_values.kept_lengths_by_type()
+        kept = returned_cache(out).kept_lengths_by_type()
         self.assertTrue(torch.equal(kept["sliding_attention"], torch.tensor([3, 3])))
         self.assertTrue(torch.equal(kept["full_attention"], torch.tensor([6, 6])))
         self.assert_sinks_match_reference(model, ids, mask, out, logits, 6, 2, window_prefill=chunk is not None)
@@ -110,7 +110,7 @@ class KVSharingOracleMixin(OracleHelpers, SinkHelpers):
     def test_sharing_layers_keep_no_cache(self):
         model = self.build_sharing()
         ids, mask = left_padded_batch([9, 5], seed=1)
-        cache = self.generate(model, ids, mask, 6).past_key_values
+        cache = returned_cache(self.generate(model, ids, mask, 6))
         self.assertEqual(len(cache.bounded_layers), 2)  # the two layers of their own
         self.assertTrue(all(layer.keys is None for layer in cache.layers if not isinstance(layer, BoundedLayer)))
         layout = kv_layout(model)  # transformers' own cache keeps the same two layers

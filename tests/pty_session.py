@@ -42,13 +42,15 @@ def _own_terminal() -> None:
 
 
 class TerminalSession:
-    """`python -m cachelimit ARGV` on a `rows` x `columns` pseudo-terminal."""
+    """`python -m cachelimit ARGV` on a `rows` x `columns` pseudo-terminal. With `echo_control` the terminal echoes
+    a typed Ctrl-C as "^C", as a real one does by default (ECHOCTL); without it, as the bare byte, which `screen()`
+    drops."""
 
-    def __init__(self, argv: list[str], rows: int = 24, columns: int = 120):
+    def __init__(self, argv: list[str], rows: int = 24, columns: int = 120, echo_control: bool = False):
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         modes = termios.tcgetattr(slave)
-        modes[3] &= ~termios.ECHOCTL  # a typed Ctrl-C echoes as the byte itself, which `screen()` drops, not as "^C"
+        modes[3] = modes[3] | termios.ECHOCTL if echo_control else modes[3] & ~termios.ECHOCTL
         termios.tcsetattr(slave, termios.TCSANOW, modes)
         environment = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
         environment.update(TERM="xterm", LINES=str(rows), COLUMNS=str(columns), INPUTRC=os.devnull)

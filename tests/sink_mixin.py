@@ -13,13 +13,7 @@ from parameterized import parameterized
 
 from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
-from tests.common import (
-    ATTENTION,
-    VOCAB,
-    head_dim,
-    kv_heads,
-    left_padded_batch,
-)
+from tests.common import ATTENTION, VOCAB, given_cache, head_dim, kv_heads, left_padded_batch, returned_cache
 from tests.sink_helpers import SinkHelpers, full_mask
 from tests.sink_reference import StreamingReference, banded_sink_logits
 
@@ -106,7 +100,7 @@ class SinkTesterMixin(SinkHelpers):
         first, first_logits = self.run_sinks(model, ids, mask, limit, sinks, first_new)
         resumed_mask = full_mask(mask, first.sequences)
         second, second_logits = self.run_sinks(
-            model, first.sequences, resumed_mask, limit, sinks, second_new, past_key_values=first.past_key_values
+            model, first.sequences, resumed_mask, limit, sinks, second_new, **given_cache(returned_cache(first))
         )
         self.assertEqual(second.sequences.tolist(), whole.sequences.tolist())
         torch.testing.assert_close(torch.cat([first_logits, second_logits], 1), whole_logits, atol=1e-5, rtol=0)
@@ -137,7 +131,7 @@ class SinkTesterMixin(SinkHelpers):
         resumed = torch.cat([first.sequences, extra], 1)
         second, second_logits = self.run_sinks(
             model, resumed, torch.ones_like(resumed), limit, sinks, second_new,
-            past_key_values=first.past_key_values, prefill_chunk_size=chunk,
+            **given_cache(returned_cache(first)), prefill_chunk_size=chunk,
         )  # fmt: skip
         logits = torch.cat([first_logits, second_logits], 1)[0]
         width = resumed.shape[1]
@@ -207,7 +201,7 @@ class SinkTesterMixin(SinkHelpers):
         config = model.config
         slots_per_layer = 2 * (limit + 1) + (sinks if self.uses_rope else 0)  # keys+values, plus un-rotated sinks
         per_layer = len(lengths) * kv_heads(config) * head_dim(config) * slots_per_layer * 4  # float32
-        self.assertEqual(out.past_key_values.kv_bytes(), config.num_hidden_layers * per_layer)
+        self.assertEqual(returned_cache(out).kv_bytes(), config.num_hidden_layers * per_layer)
 
     # ---- bad input: rejected before any token --------------------------------------------------------------------
     def assert_sinks_rejected_before_any_token(self, model, error, pattern, **kwargs):

@@ -11,7 +11,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 import cachelimit
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, left_padded_batch, returned_cache
 
 #: the served families this transformers has (patch() patches those)
 CLASSES = {
@@ -109,7 +109,7 @@ class ApplierTest(unittest.TestCase):
             model.generate(ids, attention_mask=mask, **options)
         cachelimit.patch("gpt2")
         self.assertIsInstance(
-            model.generate(ids, attention_mask=mask, **options).past_key_values, cachelimit.BoundedCache
+            returned_cache(model.generate(ids, attention_mask=mask, **options)), cachelimit.BoundedCache
         )
         cachelimit.unpatch("gpt2")
         with self.assertRaisesRegex(ValueError, "cache_limit"):
@@ -127,7 +127,7 @@ class ApplierTest(unittest.TestCase):
         options = dict(max_new_tokens=6, cache_limit=2, return_dict_in_generate=True, output_logits=True)
         mine = child.generate(ids, attention_mask=mask, **options)
         theirs = parent.generate(ids, attention_mask=mask, **options)
-        self.assertIsInstance(mine.past_key_values, cachelimit.BoundedCache)
+        self.assertIsInstance(returned_cache(mine), cachelimit.BoundedCache)
         self.assertTrue(torch.equal(mine.sequences, theirs.sequences))
         for a, b in zip(mine.logits, theirs.logits, strict=True):
             self.assertTrue(torch.equal(a, b))

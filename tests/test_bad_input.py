@@ -11,7 +11,7 @@ from transformers import DynamicCache, GenerationConfig, StaticCache
 from cachelimit.core.policy import MAX_CACHE_LIMIT
 from cachelimit.hf import compat
 from cachelimit.hf.compat import rope_config
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, given_cache, left_padded_batch, returned_cache
 
 
 class BadInputTest(unittest.TestCase):
@@ -84,18 +84,20 @@ class BadInputTest(unittest.TestCase):
 
     def test_static_cache_passed(self):
         cache = StaticCache(config=self.model.config, max_cache_len=16)
-        self.assert_rejected(ValueError, ["past_key_values", "StaticCache"], cache_limit=3, past_key_values=cache)
+        self.assert_rejected(ValueError, ["past_key_values", "StaticCache"], cache_limit=3, **given_cache(cache))
 
     def test_dynamic_cache_passed(self):
         cache = DynamicCache(config=self.model.config)
-        self.assert_rejected(ValueError, ["past_key_values", "DynamicCache"], cache_limit=3, past_key_values=cache)
+        self.assert_rejected(ValueError, ["past_key_values", "DynamicCache"], cache_limit=3, **given_cache(cache))
 
     def test_bounded_cache_of_another_limit_passed(self):
-        cache = self.model.generate(
-            self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
-        ).past_key_values
+        cache = returned_cache(
+            self.model.generate(
+                self.ids, attention_mask=self.mask, max_new_tokens=2, cache_limit=3, return_dict_in_generate=True
+            )
+        )
         self.forwards.clear()
-        self.assert_rejected(ValueError, ["cache_limit=3", "cache_limit=4"], cache_limit=4, past_key_values=cache)
+        self.assert_rejected(ValueError, ["cache_limit=3", "cache_limit=4"], cache_limit=4, **given_cache(cache))
 
     @unittest.skipIf(compat.at_least(compat.CHUNKED_PREFILL_AFTER_A_CACHE), "transformers >= 5.21.0 supports it")
     def test_chunked_prefill_after_a_returned_cache_on_old_transformers(self):
@@ -108,7 +110,7 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaises(ValueError) as caught:
             self.model.generate(
                 sequences, attention_mask=mask, max_new_tokens=2, cache_limit=3, prefill_chunk_size=2,
-                past_key_values=first.past_key_values,
+                **given_cache(returned_cache(first)),
             )  # fmt: skip
         for fragment in ("prefill_chunk_size", "transformers >= 5.21.0"):
             self.assertIn(fragment, str(caught.exception))

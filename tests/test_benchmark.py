@@ -17,7 +17,7 @@ from cachelimit.bench import sweep as benchmark
 from cachelimit.bench.ideal import RingBufferLayer
 from cachelimit.core.cache import kv_bytes
 from cachelimit.hf.compat import CACHE_ARGUMENT
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, left_padded_batch, returned_cache
 
 
 class IdealCacheTest(unittest.TestCase):
@@ -32,7 +32,7 @@ class IdealCacheTest(unittest.TestCase):
         ideal = model.generate(ids, attention_mask=mask, **{CACHE_ARGUMENT: ring}, **options)
         self.assertTrue(torch.equal(bounded.sequences, ideal.sequences))
         torch.testing.assert_close(torch.stack(ideal.logits), torch.stack(bounded.logits), atol=1e-5, rtol=0)
-        self.assertEqual(kv_bytes(ring), bounded.past_key_values.kv_bytes())
+        self.assertEqual(kv_bytes(ring), returned_cache(bounded).kv_bytes())
 
 
 class PlanTest(unittest.TestCase):

@@ -32,10 +32,12 @@ from .cli_helpers import (
 )
 
 HELP = [
-    ("top", [], ["generate", "demo", "bench"]),
+    ("top", [], ["generate", "demo", "families", "bench"]),
     ("generate", ["generate"], ["MODEL", "--prompt", "--max-new-tokens", "--cache-limit", "--sinks",
                                 "--prefill-chunk-size", "--dtype", "--seed", "--sample", "--greedy",
-                                "Supported families:", *supported_families()]),
+                                "examples:", "cachelimit generate smollm2", "`cachelimit families`"]),
+    ("chat", ["chat"], ["MODEL", "--max-new-tokens", "--cache-limit", "examples:", "cachelimit chat smollm2"]),
+    ("families", ["families"], ["usage: cachelimit families"]),
     ("demo", ["demo"], ["--tokens", "--cache-limit", "--sinks", "--out"]),
     ("bench", ["bench"], ["usage: cachelimit bench", "--quick", "--out"]),
 ]  # fmt: skip
@@ -75,8 +77,30 @@ BAD_FLAGS = [
     ("demo_tokens", ["demo", "--tokens", "0"], f"argument --tokens: must be an int in {COUNTS}, got 0"),
     ("demo_sinks", ["demo", "--cache-limit", "8", "--sinks", "9"], "--sinks: must be an int in [0, 7]"),
     ("no_command", [], "required: COMMAND"),
+    # an unknown flag after a subcommand is that subcommand's error (argparse leaves it to the top-level parser)
+    ("chat_prompt", ["chat", "smollm2", "--prompt", "hi"],
+     "cachelimit chat: error: unrecognized arguments: --prompt hi; --prompt is a flag of `cachelimit generate` "
+     "(see `cachelimit chat --help`)"),
+    ("generate_unknown", ["generate", "--bogus"], "unrecognized arguments: --bogus (see `cachelimit generate --help`)"),
+    ("demo_unknown", ["demo", "--sample"],
+     "cachelimit demo: error: unrecognized arguments: --sample; --sample is a flag of `cachelimit generate`, "
+     "`cachelimit chat` (see `cachelimit demo --help`)"),
+    ("families_extra", ["families", "llama"], "cachelimit families: error: unrecognized arguments: llama"),
     ("unknown_command", ["serve"], "invalid choice: 'serve'"),
 ]  # fmt: skip
+
+
+class TestShortHelp(unittest.TestCase):
+    def test_generate_help_is_short_and_lists_no_families(self):
+        text = run_in_process(["generate", "--help"]).stdout
+        self.assertLessEqual(len(text.splitlines()), 40, text)
+        listed = [name for name in supported_families() if re.search(rf"\b{re.escape(name)}\b", text)]
+        self.assertLessEqual(len(listed), 2, listed)  # an example may name one (gpt2); the list is `families`
+
+    def test_families_lists_every_served_family_at_once(self):
+        result = run_in_process(["families"])
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        self.assertEqual(result.stdout.split(), supported_families())
 
 
 class TestBadFlags(FailureMixin, unittest.TestCase):
@@ -85,7 +109,8 @@ class TestBadFlags(FailureMixin, unittest.TestCase):
         result = run_in_process(argv)
         line = self.assert_one_line_failure(result, 2, fragment)
         self.assertEqual(result.stdout, "")
-        self.assertRegex(line, r"^cachelimit( generate| demo)?: error: ")
+        command = argv[0] if argv and argv[0] in ("generate", "chat", "demo", "families") else None
+        self.assertTrue(line.startswith(f"cachelimit {command}: error: " if command else "cachelimit: error: "), line)
 
     def test_bench_bad_flag_is_one_line(self):
         result = run_cli("bench", "--bogus")
@@ -190,6 +215,8 @@ class TestGenerate(unittest.TestCase):
             {
                 "sinks": ["generate", *prompt, "--max-new-tokens", "48", "--cache-limit", "16", "--sinks", "3"],
                 "unbounded": ["generate", *prompt, "--max-new-tokens", "30", "--dtype", "bfloat16", "--sample"],
+                "float16": ["generate", *prompt, "--max-new-tokens", "24", "--dtype", "float16", "--cache-limit", "16",
+                            "--sinks", "3"],
                 "directory": ["generate", cls.tmp.name, *prompt, "--max-new-tokens", "20", "--cache-limit", "8",
                               "--prefill-chunk-size", "5"],
             }
@@ -223,6 +250,10 @@ class TestGenerate(unittest.TestCase):
         text = result.stdout[len(self.PROMPT) : len(self.PROMPT) + 48]
         self.assertEqual(result.stdout, self.PROMPT + text + ("" if text.endswith("\n") else "\n"))
         self.assertTrue(all(char == "\n" or " " <= char <= "~" for char in text), repr(text))
+
+    def test_bounded_tiny_model_float16(self):
+        """float16 is accepted (CPU computes it; README "--dtype"): half the bytes of the float32 cache."""
+        self.check_run("float16", 24, bounded_bytes(16, 3) // 2)
 
     def test_unbounded_tiny_model_bfloat16_sampled(self):
         # The last forward reads the prompt and all generated tokens but the last one, 2 bytes per number.

@@ -17,7 +17,9 @@ imported. A wrong variant (the same reference without sinks) must disagree, so t
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 import unittest
 
@@ -25,7 +27,7 @@ import torch
 
 from cachelimit.cli.tiny_model import build_tiny_model, printable_token_ids
 
-from .cli_helpers import bounded_bytes
+from .cli_helpers import REPO, bounded_bytes, prompt_length
 from .sink_reference import StreamingReference
 
 FINAL_STATUS = (
@@ -111,8 +113,9 @@ class TestChatAtATerminal(unittest.TestCase):
 
         self.session_class = TerminalSession
 
-    def chat(self, *flags: str):
-        session = self.session_class(["chat", "--cache-limit", str(self.LIMIT), "--sinks", str(self.SINKS), *flags])
+    def chat(self, *flags: str, echo_control: bool = False):
+        argv = ["chat", "--cache-limit", str(self.LIMIT), "--sinks", str(self.SINKS), *flags]
+        session = self.session_class(argv, echo_control=echo_control)
         self.addCleanup(session.kill)
         session.wait_for(lambda screen: screen.endswith("\n> "))  # the header, the help line, the first prompt
         return session
@@ -162,8 +165,9 @@ class TestChatAtATerminal(unittest.TestCase):
 
     def test_ctrl_c_stops_an_answer_and_the_chat_goes_on_exactly(self):
         """Ctrl-C stops the answer at a step boundary: the next turn continues a cache that read exactly the text
-        shown (checked against the reference), and no traceback is printed."""
-        session = self.chat("--max-new-tokens", "100000")
+        shown (checked against the reference), and no traceback is printed. The terminal echoes control characters
+        as a real one does ("^C"): the chat turns that echo off while it answers, so it never lands in the text."""
+        session = self.chat("--max-new-tokens", "100000", echo_control=True)
         messages = ["tell me everything", "and then?"]
         for turn, message in enumerate(messages, start=1):
             session.type(message + "\n")
@@ -176,6 +180,7 @@ class TestChatAtATerminal(unittest.TestCase):
         self.assertEqual(session.close(), 0)
         screen = session.screen()
         self.assertNotIn("Traceback", screen)
+        self.assertNotIn("^C", screen)
         statuses = [final_status(screen, turn) for turn in (1, 2)]
         self.assertTrue(all(status.group(4).endswith("stopped (Ctrl-C)") for status in statuses), screen)
         answers = answers_on(screen, messages)
@@ -183,6 +188,33 @@ class TestChatAtATerminal(unittest.TestCase):
         self.assertTrue(all(100 <= len(answer) < 100000 for answer in answers))
         self.assertEqual(oracle_agreement(self.LIMIT, self.SINKS, messages, answers), [True, True])
         self.assertIn("chat ended after 2 turns", screen)
+
+
+class TestChatCounts(unittest.TestCase):
+    """The closing line counts every turn and token of the chat, those before a `/reset` too, in plain English."""
+
+    def chat(self, lines: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "cachelimit", "chat", "--max-new-tokens", "3", "--cache-limit", "16"],
+            input=lines.encode(),
+            capture_output=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+            cwd=REPO,
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return result.stderr.decode()
+
+    def test_turns_before_a_reset_count(self):
+        err = self.chat("hello\n/stats\n/reset\nagain\n")
+        first = prompt_length(FIRST_TURN.format(message="hello")) + 3
+        second = prompt_length(FIRST_TURN.format(message="again")) + 3
+        self.assertIn("[cachelimit] 1 turn | ", err)  # /stats before the reset: one turn, not "1 turns"
+        self.assertIn(f"chat ended after 2 turns in 2 conversations (/reset), {first + second} tokens", err)
+
+    def test_one_turn_is_singular(self):
+        err = self.chat("hello\n")
+        self.assertIn(f"chat ended after 1 turn, {prompt_length(FIRST_TURN.format(message='hello')) + 3} tokens", err)
 
 
 if __name__ == "__main__":

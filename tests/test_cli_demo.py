@@ -103,6 +103,68 @@ class TestDemo(unittest.TestCase):
             self.assertAlmostEqual(run["tokens_per_s"], self.TOKENS / seconds[-1])
 
 
+class TestDemoGrowth(unittest.TestCase):
+    """A limit above the prompt: the ring grows by doubling while the window fills, so at first the bounded cache can
+    hold more bytes than the unbounded one; the demo says so, with the numbers of its own runs."""
+
+    def test_the_note_explains_the_bounded_cache_above_the_unbounded_one(self):
+        from cachelimit.cli.demo import PROMPT, _run, growth_note
+        from cachelimit.families.patching import patch
+
+        model, tokenizer = build_tiny_model()
+        patch("llama")
+        inputs = tokenizer(PROMPT, return_tensors="pt")
+        limit, sinks, tokens = 256, 4, 40
+        self.assertLess(inputs["input_ids"].shape[1] + tokens, limit)  # the window never fills here
+        greedy = {"do_sample": False}
+        runs = [_run(model, inputs, tokens, "unbounded", greedy)]
+        runs.append(_run(model, inputs, tokens, "bounded", greedy, cache_limit=limit, num_sink_tokens=sinks))
+        unbounded, bounded = runs[0]["kv_bytes"], runs[1]["kv_bytes"]
+        above = [index for index in range(tokens) if bounded[index] > unbounded[index]]
+        self.assertTrue(above, "the ring doubles ahead of what it holds: it must exceed the unbounded cache here")
+        self.assertTrue(all(bounded[index] < 2.1 * unbounded[index] for index in range(tokens)))
+        note = growth_note(runs, limit, sinks)
+        self.assertIsNotNone(note)
+        self.assertIn(f"from token {above[0] + 1:,} to {above[-1] + 1:,}", note)
+        self.assertIn(f"the limit's {limit + 1:,} slots per layer", note)
+        worst = max(above, key=lambda index: bounded[index] / unbounded[index])
+        self.assertIn(f"{bounded[worst]:,} vs {unbounded[worst]:,} B", note)
+        self.assertIsNone(growth_note([runs[0], runs[0]], limit, sinks))  # never above: no note
+
+    def test_no_note_when_the_bounded_cache_is_never_larger(self):
+        runs = [{"kv_bytes": [10, 20, 30]}, {"kv_bytes": [10, 20, 20]}]
+        self.assertIsNone(growth_note_of(runs))
+
+
+def growth_note_of(runs):
+    from cachelimit.cli.demo import growth_note
+
+    return growth_note(runs, 2, 0)
+
+
+class TestDemoDependencies(unittest.TestCase):
+    def test_missing_matplotlib_fails_before_any_model_work(self):
+        """Checked with the arguments: one line naming what to install, no torch imported, nothing generated."""
+        script = (
+            "import sys\nsys.modules['matplotlib'] = None  # not installed\n"
+            "from cachelimit.cli import main as cli\n"
+            "code = cli.main(['demo', '--model', 'tiny', '--out', sys.argv[1]])\n"
+            "print('TORCH', 'torch' in sys.modules, code, file=sys.stderr)\n"
+        )
+        with tempfile.TemporaryDirectory() as directory:
+            result = subprocess.run(
+                [sys.executable, "-c", script, directory], capture_output=True, text=True, timeout=120, cwd=REPO
+            )
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(lines[-1], "TORCH False 1", result.stderr)
+        self.assertEqual(
+            lines[0],
+            "cachelimit demo: error: the demo's plot needs matplotlib, which is not installed: "
+            "pip install 'cachelimit[cli]' (or matplotlib)",
+        )
+        self.assertEqual(result.stdout, "")
+
+
 def cli_demo_prompt() -> str:
     from cachelimit.cli.demo import PROMPT
 

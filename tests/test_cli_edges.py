@@ -152,6 +152,10 @@ class TestDevices(FailureMixin, unittest.TestCase):
         line = self.assert_one_line_failure(result, 2, "cachelimit generate: error: argument --device:", fragment)
         self.assertLess(len(line), 300)
 
+    def test_the_chat_names_itself(self):
+        result = run_in_process(["chat", "--device", "meta"])
+        self.assert_one_line_failure(result, 2, "cachelimit chat: error: argument --device:", "holds no data")
+
     def test_cpu_generates(self):
         result = run_in_process(["generate", "--device", "cpu", "--max-new-tokens", "2"])
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -18,7 +18,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 
 import cachelimit
 from cachelimit import BoundedCache
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, given_cache, left_padded_batch, returned_cache
 from tests.reference import extended_mask
 
 LIMIT, NEW = 4, 6
@@ -46,14 +46,14 @@ class ContinuationOwnerTest(unittest.TestCase):
         self.model = build_tiny_model("llama", layers=3)
         self.ids, self.mask = left_padded_batch([5, 7], seed=3)
         first = run(self.model, self.ids, self.mask)
-        self.cache = first.past_key_values
+        self.cache = returned_cache(first)
         self.sequences, self.full_mask = first.sequences, extended_mask(self.mask, first.sequences)
 
     def assert_refused_before_any_forward(self, other, pattern):
         counter = ForwardCounter(other)
         try:
             with self.assertRaisesRegex(ValueError, pattern):
-                run(other, self.sequences, self.full_mask, past_key_values=self.cache)
+                run(other, self.sequences, self.full_mask, **given_cache(self.cache))
         finally:
             counter.close()
         self.assertEqual(counter.calls, 0)
@@ -61,7 +61,7 @@ class ContinuationOwnerTest(unittest.TestCase):
 
     def assert_still_continues_on_its_model(self):
         """The refusal left the cache untouched: continuing on its own model equals one long run."""
-        resumed = run(self.model, self.sequences, self.full_mask, past_key_values=self.cache)
+        resumed = run(self.model, self.sequences, self.full_mask, **given_cache(self.cache))
         whole = run(self.model, self.ids, self.mask, max_new_tokens=2 * NEW)
         self.assertTrue(torch.equal(resumed.sequences, whole.sequences))
 
@@ -82,7 +82,7 @@ class ContinuationOwnerTest(unittest.TestCase):
         self.model.to(torch.bfloat16)
         try:
             with self.assertRaisesRegex(ValueError, "past_key_values.*float32.*bfloat16"):
-                run(self.model, self.sequences, self.full_mask, past_key_values=self.cache)
+                run(self.model, self.sequences, self.full_mask, **given_cache(self.cache))
         finally:
             self.model.to(torch.float32).load_state_dict(weights)  # the float32 weights, not their bfloat16 rounding
         self.assert_still_continues_on_its_model()
@@ -92,14 +92,14 @@ class ContinuationOwnerTest(unittest.TestCase):
         cache = BoundedCache.from_model(self.model, LIMIT, 1)
         other = build_tiny_model("llama", layers=3, seed=2)
         with self.assertRaisesRegex(ValueError, "past_key_values.*another model"):
-            run(other, self.ids, self.mask, past_key_values=cache, num_sink_tokens=1)
+            run(other, self.ids, self.mask, **given_cache(cache), num_sink_tokens=1)
 
     def test_a_fresh_hand_built_cache_is_bound_to_its_first_model(self):
         cache = BoundedCache(LIMIT)
-        run(self.model, self.ids, self.mask, past_key_values=cache)
+        run(self.model, self.ids, self.mask, **given_cache(cache))
         other = build_tiny_model("llama", layers=3, seed=4)
         with self.assertRaisesRegex(ValueError, "past_key_values.*another model"):
-            run(other, self.sequences, self.full_mask, past_key_values=cache)
+            run(other, self.sequences, self.full_mask, **given_cache(cache))
 
     def test_interrupted_in_its_first_forward_is_refused_as_interrupted(self):
         calls = []
@@ -112,11 +112,11 @@ class ContinuationOwnerTest(unittest.TestCase):
         handle = self.model.model.layers[1].register_forward_pre_hook(fail)
         try:
             with self.assertRaisesRegex(RuntimeError, "fault in the first forward"):
-                run(self.model, self.ids, self.mask, past_key_values=cache)
+                run(self.model, self.ids, self.mask, **given_cache(cache))
         finally:
             handle.remove()
         with self.assertRaisesRegex(ValueError, "interrupted in the middle of a forward"):
-            run(self.model, self.ids, self.mask, past_key_values=cache)
+            run(self.model, self.ids, self.mask, **given_cache(cache))
 
 
 class UnpatchDuringARunTest(unittest.TestCase):
@@ -198,7 +198,7 @@ class UnfittedCacheTest(unittest.TestCase):
         cachelimit.unpatch("llama")
         self.addCleanup(cachelimit.patch, "llama")
         with self.assertRaisesRegex(RuntimeError, "not fitted|before it was fitted"):
-            model.generate(ids, attention_mask=mask, past_key_values=BoundedCache(LIMIT), max_new_tokens=2)
+            model.generate(ids, attention_mask=mask, **given_cache(BoundedCache(LIMIT)), max_new_tokens=2)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 from parameterized import parameterized
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from .common import build_tiny_model, left_padded_batch
+from .common import build_tiny_model, given_cache, left_padded_batch, returned_cache
 
 LIMIT, NEW, CHUNK = 4, 8, 2
 
@@ -61,7 +61,7 @@ def generate(model, ids, mask, **kwargs):
         return_dict_in_generate=True,
         **kwargs,
     )
-    return out.sequences, torch.stack(out.logits, 1), out.past_key_values
+    return out.sequences, torch.stack(out.logits, 1), returned_cache(out)
 
 
 FAULTS = [
@@ -116,9 +116,9 @@ class FaultInjectionTest(unittest.TestCase):
         ids, mask = self.continuation_inputs(sequences)
         criterion = StoppingCriteriaList([RaiseAtCall(2)])
         with self.assertRaises(Injected):
-            generate(self.model, ids, mask, past_key_values=cache, stopping_criteria=criterion)
+            generate(self.model, ids, mask, **given_cache(cache), stopping_criteria=criterion)
         with self.assertRaisesRegex(ValueError, "past_key_values.*seen"):
-            generate(self.model, ids, mask, past_key_values=cache)
+            generate(self.model, ids, mask, **given_cache(cache))
 
     def test_continuation_interrupted_inside_a_forward_is_refused(self):
         sequences, _, cache = generate(self.model, self.ids, self.mask, max_new_tokens=3)
@@ -126,17 +126,17 @@ class FaultInjectionTest(unittest.TestCase):
         handle = raise_in_layer(self.model, layer=1, forward=2)
         try:
             with self.assertRaises(Injected):
-                generate(self.model, ids, mask, past_key_values=cache)
+                generate(self.model, ids, mask, **given_cache(cache))
         finally:
             handle.remove()
         with self.assertRaisesRegex(ValueError, "interrupted in the middle of a forward"):
-            generate(self.model, ids, mask, past_key_values=cache)
+            generate(self.model, ids, mask, **given_cache(cache))
 
     def test_continuation_after_a_clean_turn_is_exact(self):
         """Positive control for the two refusals above: the documented continuation equals one long run."""
         whole, whole_logits, _ = generate(self.model, self.ids, self.mask, max_new_tokens=3 + NEW)
         sequences, _, cache = generate(self.model, self.ids, self.mask, max_new_tokens=3)
         ids, mask = self.continuation_inputs(sequences)
-        tokens, logits, _ = generate(self.model, ids, mask, past_key_values=cache)
+        tokens, logits, _ = generate(self.model, ids, mask, **given_cache(cache))
         self.assertTrue(torch.equal(tokens, whole))
         torch.testing.assert_close(logits, whole_logits[:, 3:], rtol=0, atol=1e-5)

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, DynamicCache, GenerationConfig
 from cachelimit import BoundedCache
 from cachelimit.hf import compat
 
-from .common import build_tiny_model, left_padded_batch
+from .common import build_tiny_model, given_cache, left_padded_batch, returned_cache
 from .registry_helpers import registered, run, seen_caches, setting_warnings
 
 NEW = 12
@@ -110,7 +110,7 @@ class ContinuationUnderASettingTest(unittest.TestCase):
             first = model.generate(ids, attention_mask=mask, max_new_tokens=4, return_dict_in_generate=True)
             mask = torch.cat([mask, torch.ones_like(first.sequences[:, ids.shape[1] :])], 1)
             second = model.generate(
-                first.sequences, attention_mask=mask, past_key_values=first.past_key_values, max_new_tokens=4
+                first.sequences, attention_mask=mask, **given_cache(returned_cache(first)), max_new_tokens=4
             )
             explicit = {"cache_limit": 4, "num_sink_tokens": sinks}
             third = model.generate(first.sequences, attention_mask=mask, max_new_tokens=4, **explicit)
@@ -126,7 +126,7 @@ class ContinuationUnderASettingTest(unittest.TestCase):
         mask = torch.cat([mask, torch.ones(2, 2, dtype=mask.dtype)], 1)
         with warnings.catch_warnings(record=True) as records:
             warnings.simplefilter("always")
-            model.generate(out.sequences, attention_mask=mask, past_key_values=out.past_key_values, max_new_tokens=2)
+            model.generate(out.sequences, attention_mask=mask, **given_cache(returned_cache(out)), max_new_tokens=2)
         self.assertEqual(len(setting_warnings(records)), 1)
 
 
@@ -264,21 +264,21 @@ class ContinuationMismatchTest(unittest.TestCase):
     def returned_cache(self, model):
         ids, mask = left_padded_batch([5, 3], seed=2)
         out = model.generate(ids, attention_mask=mask, max_new_tokens=2, cache_limit=4, return_dict_in_generate=True)
-        return out.sequences, out.past_key_values
+        return out.sequences, returned_cache(out)
 
     def test_model_with_more_layers(self):
         sequences, cache = self.returned_cache(build_tiny_model("llama"))
         deeper = build_tiny_model("llama", layers=3)
         with self.assertRaisesRegex(ValueError, "past_key_values.*another model"):  # tests/test_continuation_checks
-            deeper.generate(sequences, past_key_values=cache, max_new_tokens=2, cache_limit=4)
+            deeper.generate(sequences, **given_cache(cache), max_new_tokens=2, cache_limit=4)
 
     def test_float32_cache_on_a_bfloat16_model(self):
         sequences, cache = self.returned_cache(build_tiny_model("llama"))
         model = build_tiny_model("llama", dtype=torch.bfloat16)
         with self.assertRaisesRegex(ValueError, "past_key_values.*another model"):  # the same model cast: refused too
-            model.generate(sequences, past_key_values=cache, max_new_tokens=2, cache_limit=4)
+            model.generate(sequences, **given_cache(cache), max_new_tokens=2, cache_limit=4)
 
     def test_plain_dynamic_cache_is_still_refused(self):
         model = build_tiny_model("llama")
         with self.assertRaisesRegex(ValueError, "DynamicCache"):
-            model.generate(torch.ones(1, 3, dtype=torch.long), past_key_values=DynamicCache(), cache_limit=4)
+            model.generate(torch.ones(1, 3, dtype=torch.long), **given_cache(DynamicCache()), cache_limit=4)

@@ -22,7 +22,7 @@ import cachelimit
 from cachelimit import BoundedCache
 
 from .cli_helpers import REPO
-from .common import build_tiny_model, left_padded_batch
+from .common import build_tiny_model, given_cache, left_padded_batch
 from .peer_helpers import EXTERNAL, external
 from .registry_helpers import seen_caches
 
@@ -63,7 +63,7 @@ class DefaultLimitTest(unittest.TestCase):
 
     def test_calls_that_choose_their_cache_keep_it(self):
         given = DynamicCache(config=self.model.config)
-        self.assertIs(self.first_cache(past_key_values=given), given)
+        self.assertIs(self.first_cache(**given_cache(given)), given)
         self.assertNotIsInstance(self.first_cache(cache_implementation="static"), BoundedCache)
         config = GenerationConfig(max_new_tokens=2, pad_token_id=0, use_cache=False)
         self.assertIsNone(self.first_cache(generation_config=config))

@@ -14,7 +14,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cachelimit.hf import compat
-from tests.common import build_tiny_model, left_padded_batch
+from tests.common import build_tiny_model, left_padded_batch, returned_cache
 from tests.declarations import has_native_window_oracle, representative_families
 from tests.growth_spec import forward_widths, ring_capacities
 from tests.reference import generated_step_logits
@@ -74,11 +74,11 @@ def test_bounded_generation_equals_banded_reference(run):
     # after the run the cache holds the last min(real tokens seen, L) positions of every row (the newest
     # generated token is not in it yet: it would be written by the next forward)
     seen = torch.tensor(run["lengths"]) + run["new"] - 1
-    kept = output.past_key_values.kept_lengths()
+    kept = returned_cache(output).kept_lengths()
     assert torch.equal(kept, seen.clamp(max=limit)), (kept, seen, limit)
     # the ring grows with what it holds, up to L + 1 slots (tests/growth_spec.py)
     slots = ring_capacities(forward_widths(ids.shape[1], run["chunk"], run["new"]), limit + 1)[-1]
-    assert all(layer.keys.shape[-2] == slots for layer in output.past_key_values.layers)
+    assert all(layer.keys.shape[-2] == slots for layer in returned_cache(output).layers)
 
 
 @settings(max_examples=60, deadline=None)

@@ -20,7 +20,7 @@ from transformers.utils import is_hqq_available, is_optimum_quanto_available
 from cachelimit.hf import cache_setting as registry
 from cachelimit.hf import compat
 
-from .common import VOCAB, build_tiny_model, left_padded_batch
+from .common import VOCAB, build_tiny_model, given_cache, left_padded_batch
 from .declarations import representative_families
 from .registry_helpers import LENGTHS, NEW, run, seen_caches, setting_warnings
 
@@ -213,7 +213,7 @@ class SettingLifecycleTest(unittest.TestCase):
         model.set_cache_implementation("sink", window_length=5, num_sink_tokens=1)
         given = DynamicCache(config=model.config)
         with seen_caches(model) as caches, pytest.warns(UserWarning, match="past_key_values.*ignored"):
-            tokens, _ = run(model, past_key_values=given)
+            tokens, _ = run(model, **given_cache(given))
         self.assertIs(caches[0], given)
         self.assertTrue(torch.equal(tokens, expected))
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from tests.common import returned_cache
+
 LIMIT, SINKS, NEW = 8, 2, 24
 
 
@@ -50,7 +52,7 @@ def bounded_run(model) -> tuple[torch.Tensor, list[int]]:
             num_sink_tokens=SINKS,
             return_dict_in_generate=True,
         )
-    return out.sequences, [layer.keys.shape[1] for layer in out.past_key_values.layers]
+    return out.sequences, [layer.keys.shape[1] for layer in returned_cache(out).layers]
 
 
 def worker(folder: str) -> None:

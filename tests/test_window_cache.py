@@ -18,7 +18,7 @@ from parameterized import parameterized
 from cachelimit import BoundedCache, BoundedLayer
 from cachelimit.hf import compat
 from cachelimit.hf.compat import passed_cache
-from tests.common import build_tiny_model, expected_bytes, kv_layout, left_padded_batch
+from tests.common import build_tiny_model, expected_bytes, given_cache, kv_layout, left_padded_batch, returned_cache
 from tests.growth_spec import ring_capacities, widths_between
 
 NEW = 30  # decode steps per run: the ring wraps several times for every limit below
@@ -203,7 +203,7 @@ class RowReorderingTest(unittest.TestCase):
     def test_reorder_moves_buffers_and_row_state_together(self, family):
         model = build_tiny_model(family)
         ids, mask = left_padded_batch([7, 2, 5], seed=5)
-        cache = self.bounded_run(model, ids, mask).past_key_values
+        cache = returned_cache(self.bounded_run(model, ids, mask))
         index = torch.tensor([2, 0, 0])
         names = ("keys", "values", "sink_keys")
         before = [
@@ -233,16 +233,16 @@ class RowReorderingTest(unittest.TestCase):
         first = self.bounded_run(model, ids, mask)
         full_mask = torch.cat([mask, mask.new_ones(3, first.sequences.shape[1] - ids.shape[1])], dim=1)
         index = torch.tensor([2, 0, 0])
-        reordered = self.bounded_run(model, ids, mask).past_key_values
+        reordered = returned_cache(self.bounded_run(model, ids, mask))
         reordered.reorder_cache(index)
-        moved = self.bounded_run(model, first.sequences[index], full_mask[index], past_key_values=reordered)
-        stayed = self.bounded_run(model, first.sequences, full_mask, past_key_values=first.past_key_values)
+        moved = self.bounded_run(model, first.sequences[index], full_mask[index], **given_cache(reordered))
+        stayed = self.bounded_run(model, first.sequences, full_mask, **given_cache(returned_cache(first)))
         self.assertTrue(torch.equal(moved.sequences, stayed.sequences[index]))
 
     def test_batch_repeat_interleave_repeats_rows_and_state(self):
         model = build_tiny_model("llama")
         ids, mask = left_padded_batch([6, 3], seed=7)
-        cache = self.bounded_run(model, ids, mask).past_key_values
+        cache = returned_cache(self.bounded_run(model, ids, mask))
         keys, kept = [layer.keys.clone() for layer in cache.layers], cache.kept_lengths()
         cache.batch_repeat_interleave(2)
         for layer, old in zip(cache.layers, keys, strict=True):

@@ -18,7 +18,7 @@ from transformers import MistralConfig, MistralForCausalLM
 from ..cli.pretrained import load_pretrained
 from ..core.cache import BoundedCache
 from ..families.patching import patch
-from ..hf.compat import CACHE_ARGUMENT
+from ..hf.compat import CACHE_ARGUMENT, output_cache
 
 VOCAB, LIMIT, NEW = 512, 15, 48
 #: the largest logit difference a case may show against the oracle, by dtype (bf16: a few of its ulps at |logit| ~ 1)
@@ -236,7 +236,7 @@ def two_devices(tmp_dir: str):
     one = greedy(model, ids, mask, cache_limit=LIMIT, num_sink_tokens=4)
     run = greedy(split, ids, mask, cache_limit=LIMIT, num_sink_tokens=4)
     row = compare({"check": "two devices", "case": "split model, 4 sinks"}, run, one, 1e-4)
-    devices = [str(layer.keys.device) for layer in run.past_key_values.layers]
+    devices = [str(layer.keys.device) for layer in output_cache(run).layers]
     row["cache_devices"] = devices
     if devices != ["cuda:0", "cuda:0", "cuda:1", "cuda:1"]:
         row["status"] = "fail"

@@ -23,10 +23,12 @@ from collections.abc import Iterator
 import torch
 
 from ..families.patching import patch
-from ..hf.compat import CHUNKED_PREFILL_AFTER_A_CACHE, require
+from ..hf.compat import CHUNKED_PREFILL_AFTER_A_CACHE, RECURRENT_STATE_CARRIED, require
+from ..hf.recurrent_state import has_recurrent_layers, restart_reason
 from .conversation import Conversation, PlainTurns, StopRequest
+from .errors import CliError
 from .generate_command import load_for_run, one_line, run_options, window_label
-from .terminal import KVMeter, LiveTextStreamer, StatusLine, format_bytes
+from .terminal import KVMeter, LiveTextStreamer, StatusLine, format_bytes, no_control_echo
 
 PROMPT = "> "
 HELP = "commands: /stats, /reset, /help; Ctrl-C stops an answer, Ctrl-D ends the chat"
@@ -111,10 +113,22 @@ def _note(text: str) -> None:
     print(f"[cachelimit] {text}", file=sys.stderr, flush=True)
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 turn`, `2 turns`."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def closing_line(conversation: Conversation) -> str:
+    """Every turn and token of the chat, those before a `/reset` included."""
+    conversations = conversation.resets + (conversation.history is not None)
+    across = f" in {conversations:,} conversations (/reset)" if conversations > 1 else ""
+    return f"chat ended after {plural(conversation.all_turns, 'turn')}{across}, {plural(conversation.all_tokens, 'token')}"
+
+
 def stats_line(conversation: Conversation, meter: KVMeter, label: str) -> str:
     held, kv = conversation.held_positions(), conversation.kv_bytes()
     return (
-        f"{conversation.turn:,} turns | {conversation.length:,} tokens in the conversation | the cache holds {held:,} "
+        f"{plural(conversation.turn, 'turn')} | {conversation.length:,} tokens in the conversation | the cache holds {held:,} "
         f"positions per layer | KV cache {format_bytes(kv)} ({kv:,} B), at most {format_bytes(meter.peak)} "
         f"({meter.peak:,} B) so far | {label}"
     )
@@ -140,12 +154,12 @@ def answer(conversation: Conversation, message: str, meter: KVMeter, label: str)
     with StatusLine() as status:
         streamer = ChatStreamer(conversation.tokenizer, status, meter, label, conversation.turn + 1, conversation.stop)
         try:
-            with ctrl_c_stops(conversation.stop), torch.inference_mode():
+            with ctrl_c_stops(conversation.stop), no_control_echo(), torch.inference_mode():
                 conversation.answer(message, streamer)
         except (ValueError, TypeError) as error:
             if streamer.generated:  # not a refusal: something failed mid-answer
                 raise
-            print(f"cachelimit: error: {one_line(error)} (/reset starts a new conversation)", file=sys.stderr)
+            print(f"cachelimit chat: error: {one_line(error)} (/reset starts a new conversation)", file=sys.stderr)
             return
         except KeyboardInterrupt:  # the second Ctrl-C: show what was written, then leave
             if streamer.generated:
@@ -156,6 +170,22 @@ def answer(conversation: Conversation, message: str, meter: KVMeter, label: str)
         status.finish(streamer.line())
 
 
+def check_turns_continue(model) -> None:
+    """Every turn after the first reads its new text after the cache in one forward (bounded or not): refuse, before
+    the first message, a model whose recurrent layers would compute that text wrongly (`hf.recurrent_state`)."""
+    if not has_recurrent_layers(model.config):
+        return
+    turns = "a chat on a model with recurrent layers (every turn after the first continues the cache with its text)"
+    require(turns, RECURRENT_STATE_CARRIED)
+    reason = restart_reason(model)
+    if reason is not None:
+        raise CliError(
+            f"this model cannot chat: every turn after the first reads its new text after the cache in one forward, "
+            f"and {reason}; use `cachelimit generate` for one prompt at a time",
+            code=2,
+        )
+
+
 def chat_command(args: argparse.Namespace) -> int:
     """Chat with MODEL until the end of input; see the module docstring."""
     if args.prefill_chunk_size is not None and args.cache_limit is not None:
@@ -164,6 +194,7 @@ def chat_command(args: argparse.Namespace) -> int:
             CHUNKED_PREFILL_AFTER_A_CACHE,
         )
     model, tokenizer, family, header = load_for_run(args)
+    check_turns_continue(model)
     options, label = run_options(args, model, tokenizer), window_label(args)
     patch(family)
     torch.manual_seed(args.seed)
@@ -182,5 +213,5 @@ def chat_command(args: argparse.Namespace) -> int:
                 command(message, conversation, meter, label)
             elif message.strip():
                 answer(conversation, message, meter, label)
-    _note(f"chat ended after {conversation.turn:,} turns, {conversation.length:,} tokens")
+    _note(closing_line(conversation))
     return 0

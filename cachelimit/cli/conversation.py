@@ -109,11 +109,17 @@ class Conversation:
         self.model, self.tokenizer, self.options, self.family = model, tokenizer, options, family
         self.turns = turn_format(tokenizer, _eos_ids(model))
         self.stop = StopRequest()
+        #: turns and tokens of the conversations before the last `reset` (the chat's closing line counts them all)
+        self.earlier_turns = self.earlier_tokens = self.resets = 0
+        self.history: torch.Tensor | None = None
         self.reset()
 
     def reset(self) -> None:
         """Forget everything: the next message starts a new conversation (and a new cache)."""
-        self.history: torch.Tensor | None = None
+        if self.history is not None:
+            self.earlier_turns, self.earlier_tokens = self.earlier_turns + self.turn, self.earlier_tokens + self.length
+            self.resets += 1
+        self.history = None
         self.cache = None
         self.turn = 0
 
@@ -145,6 +151,16 @@ class Conversation:
         new_tokens = out.sequences.shape[1] - ids.shape[1]
         self.history, self.cache, self.turn = out.sequences, output_cache(out), self.turn + 1
         return new_tokens
+
+    @property
+    def all_turns(self) -> int:
+        """Turns answered since the chat started, across every `reset`."""
+        return self.earlier_turns + self.turn
+
+    @property
+    def all_tokens(self) -> int:
+        """Tokens read and written since the chat started, across every `reset`."""
+        return self.earlier_tokens + self.length
 
     @property
     def length(self) -> int:

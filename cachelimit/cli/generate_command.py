@@ -54,7 +54,11 @@ def device_from(requested: str | None) -> torch.device:
 def load_for_run(args: argparse.Namespace):
     """`(model on its device, tokenizer, family, header)` for MODEL (the built-in tiny model when none is given); the
     device is checked before anything is built or loaded."""
-    device, dtype = device_from(args.device), getattr(torch, args.dtype)
+    try:
+        device, dtype = device_from(args.device), getattr(torch, args.dtype)
+    except CliError as error:  # the command that was given names the error (`cachelimit chat: error: ...`)
+        error.prog = f"cachelimit {args.command}"
+        raise
     if args.model is None:
         (model, tokenizer), family = build_tiny_model(dtype), "llama"
         header = f"cachelimit: {HEADER}"

@@ -5,6 +5,7 @@
     cachelimit generate gpt2 --prompt "Hello" --max-new-tokens 500 --cache-limit 128 --sinks 4
     cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4   # a real model, offline
     cachelimit chat smollm2 --cache-limit 512 --sinks 4    # an endless chat: the cache is carried from turn to turn
+    cachelimit families                               # the model families cachelimit serves
     cachelimit bench --quick                          # the benchmark sweep (see cachelimit.benchmark)
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 when a model cannot be loaded or
@@ -80,6 +81,9 @@ def run(argv: list[str] | None) -> int:
         return run_bench(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "families":  # the family table imports no torch: answered at once
+        print("\n".join(family_names()))
+        return 0
     check_arguments(args.parser, args)
     _quiet_libraries()
     # The commands need torch and transformers: imported only now, so --help and argument errors are instant.

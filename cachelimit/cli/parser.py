@@ -8,6 +8,7 @@ of new tokens, the window, dtype, device, seed, sampling) are declared once (`ad
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import tempfile
 from pathlib import Path
 
@@ -20,7 +21,20 @@ from .errors import CliError
 from .flag_types import MAX_SEED, int_in_range, token_count
 from .model_argument import resolve_source
 
-DTYPES = ("float32", "bfloat16")
+#: float16 too: torch 2.13 computes SmolLM2 in float16 on CPU as well (logits within 0.14 of float32's, the same
+#: greedy text), only no faster than float32 there (CPU time 1.08x; bfloat16 0.79x); see README "--dtype"
+DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_HELP = "(default: float32; on CPU bfloat16 is the faster half)"
+GENERATE_EXAMPLES = """examples:
+  cachelimit generate --cache-limit 256                       # the built-in tiny model, no download
+  cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4
+  cachelimit generate gpt2 --prompt "Hello" --max-new-tokens 500 --cache-limit 128
+
+MODEL's family must be one cachelimit serves: `cachelimit families` lists them."""
+CHAT_EXAMPLES = """examples:
+  cachelimit chat smollm2                                     # a real model, offline, limit 1024, 4 sinks
+  cachelimit chat smollm2 --cache-limit 512 --sinks 4 --sample
+  echo "Hello" | cachelimit chat smollm2 --max-new-tokens 50  # messages from a pipe, one per line"""
 #: the generate arguments' names as this command line spells them (for the shared validator's messages)
 FLAGS = {
     "cache_limit": "--cache-limit",
@@ -33,10 +47,38 @@ CHAT_LIMIT = 1024
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but an error is one line (no usage block): the --help of the command says the rest."""
+    """argparse, but an error is one line (no usage block): the --help of the command says the rest. An error
+    found after a subcommand names it (`cachelimit chat: error: ...`, `cachelimit chat --help`), unknown arguments
+    included: argparse leaves those to the top-level parser, so `parse_args` hands them to the subcommand's."""
 
     def error(self, message: str):
         raise CliError(f"{message} (see `{self.prog} --help`)", code=2, prog=self.prog)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            owner = getattr(parsed, "parser", None) or self
+            owner.error(f"unrecognized arguments: {' '.join(unknown)}{_elsewhere(self, owner, unknown)}")
+        return parsed
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as argparse does, but prints an epilog of example lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
+def _elsewhere(top: argparse.ArgumentParser, owner: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`; --prompt is a flag of `cachelimit generate``: where a flag the command lacks belongs, if another has it."""
+    flag = next((arg.split("=")[0] for arg in unknown if arg.startswith("--")), None)
+    commands = next((a for a in top._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if flag is None or commands is None:
+        return ""
+    owners = [p.prog for p in commands.choices.values() if p is not owner and flag in p._option_string_actions]
+    return f"; {flag} is a flag of `{'`, `'.join(owners)}`" if owners else ""
 
 
 def family_names() -> list[str]:
@@ -94,8 +136,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, default_limit: int | None
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a transformers model name or local directory (model + tokenizer), `smollm2` (a real model, offline, "
-        f"see README) or by default the built-in tiny model. Supported families: {', '.join(family_names())}",
+        help="a transformers model name or directory, `smollm2` (real, offline), or (default) the built-in tiny model",
     )
     parser.add_argument(
         "--max-new-tokens", type=token_count, default=200, metavar="N", help=f"{new_tokens} (default: 200)"
@@ -107,7 +148,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, default_limit: int | None
         metavar="C",
         help="read the prompt C tokens at a time (with --cache-limit every prompt token obeys the window)",
     )
-    parser.add_argument("--dtype", choices=DTYPES, default="float32", help="(default: float32)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32", help=DTYPE_HELP)
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument(
         "--seed", type=int_in_range(0, MAX_SEED), default=0, metavar="K", help="random seed for --sample (default: 0)"
@@ -149,6 +190,20 @@ def _check_out(parser: argparse.ArgumentParser, directory: Path) -> None:
         parser.error(f"argument --out: cannot write to {str(directory)!r}: {error.strerror or error}")
 
 
+#: per command: the optional modules it needs (module, what for), checked before any model is loaded or run
+OPTIONAL_MODULES = {"demo": (("matplotlib", "the demo's plot"),)}
+
+
+def _check_optional(command: str) -> None:
+    """A missing optional dependency fails at once, in one line saying what to install, not after the runs."""
+    for module, purpose in OPTIONAL_MODULES.get(command, ()):
+        if importlib.util.find_spec(module) is None:
+            raise CliError(
+                f"{purpose} needs {module}, which is not installed: pip install 'cachelimit[cli]' (or {module})",
+                prog=f"cachelimit {command}",
+            )
+
+
 def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """The checks argparse cannot express on one argument alone."""
     prompt = getattr(args, "prompt", None)
@@ -164,6 +219,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     _check_window(parser, args)
     if args.command == "demo":
         _check_out(parser, args.out)
+    _check_optional(args.command)
 
 
 def build_parser() -> _Parser:
@@ -179,6 +235,8 @@ def build_parser() -> _Parser:
         help="stream text from a model with a live KV-cache readout",
         description="Generate text from MODEL, streamed to stdout, with tokens, tokens/s and the KV cache size "
         "shown live on stderr. Without --cache-limit the cache is unbounded, for comparison.",
+        epilog=GENERATE_EXAMPLES,
+        formatter_class=_ExamplesFormatter,
     )
     add_run_arguments(generate, default_limit=None, new_tokens="tokens to generate")
     text = generate.add_mutually_exclusive_group()
@@ -187,6 +245,8 @@ def build_parser() -> _Parser:
 
     chat = commands.add_parser(
         "chat",
+        epilog=CHAT_EXAMPLES,
+        formatter_class=_ExamplesFormatter,
         help="an endless multi-turn chat whose bounded cache is carried from turn to turn",
         description="Chat with MODEL turn after turn; every answer continues the cache the last one returned, so "
         "the sinks keep the start of the conversation and memory stays flat however long it goes. A live status "
@@ -215,6 +275,13 @@ def build_parser() -> _Parser:
     add_window_arguments(demo, default_limit=256)
     demo.set_defaults(parser=demo)
     demo.add_argument("--out", type=Path, default=Path("cachelimit_out"), metavar="DIR", help="(default: %(default)s)")
+
+    families = commands.add_parser(
+        "families",
+        help="list the model families cachelimit serves (a family is a config.model_type)",
+        description="List the model families cachelimit serves, one per line: the `model_type` of a model's config.",
+    )
+    families.set_defaults(parser=families)
 
     commands.add_parser(
         "bench",

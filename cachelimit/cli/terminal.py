@@ -6,10 +6,12 @@ the memory the run really holds, for a `BoundedCache` and for transformers' unbo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 from transformers import TextStreamer
@@ -56,6 +58,30 @@ class KVMeter:
 
     def __exit__(self, *exc) -> None:
         self.handle.remove()
+
+
+@contextlib.contextmanager
+def no_control_echo(stream: TextIO | None = None) -> Iterator[None]:
+    """While an answer streams: a terminal echoes a typed Ctrl-C as `^C` where the cursor is (ECHOCTL, on by
+    default), in the middle of the answer's text. The block runs with ECHOCTL off on `stream`'s terminal (stdin by
+    default), so the keystroke echoes as the bare control byte, which shows nothing; elsewhere nothing is changed."""
+    saved = None
+    with contextlib.suppress(Exception):  # no termios (Windows), no descriptor (a StringIO), not a terminal
+        import termios
+
+        descriptor = (stream or sys.stdin).fileno()
+        if os.isatty(descriptor):
+            saved = termios.tcgetattr(descriptor)
+    if saved is None or not saved[3] & termios.ECHOCTL:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] = saved[3] & ~termios.ECHOCTL
+    termios.tcsetattr(descriptor, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(descriptor, termios.TCSANOW, saved)
 
 
 def _same_terminal(out: TextIO, err: TextIO) -> bool:

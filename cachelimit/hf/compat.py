@@ -239,8 +239,11 @@ SHARED_KV_STATES = "5.6.0"
 # --- 5.13.0: models with recurrent layers (SSM, linear attention, short convolutions) take their padding mask in the
 # per-layer-type mask dict (`create_recurrent_attention_mask`; before, they read the 2D mask they were given); 5.14.0:
 # their cache is built from layers (`get_layer_types_and_kwargs`, `LinearAttentionLayer`; 4.x: cache classes of their
-# own). They are served from 5.14.0 on.
+# own). They are served from 5.14.0 on. 5.15.0: their mixers carry the cached state through a forward of several
+# tokens after the first (5.14.0's LFM2, Nemotron-H and Zamba 2 read it but misapply it: measured), where they do at
+# all (`hf.recurrent_state` probes which); a chunked prefill or new text after a cache needs it.
 RECURRENT_LAYERS = "5.14.0"
+RECURRENT_STATE_CARRIED = "5.15.0"
 
 # --- 5.15.0: DeepSeek V2/V3 (MLA) cache the compressed latent as keys and the shared rotary key as values; before,
 # the keys were `[nope | rope]` per head and the values had their own head dimension.

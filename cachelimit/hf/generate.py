@@ -27,6 +27,7 @@ from .generation_config import requested_policy, requested_window, resolved_conf
 from .installed import family_of, original_attribute
 from .layout import bounded_cache_for, check_family, model_request, rotary_finder
 from .prepare import forwards_embeds, prepare_calling
+from .recurrent_state import check_multi_token_continuation
 from .request import BoundedRequest
 from .run_checks import Run, check_assistant, check_run
 
@@ -59,13 +60,15 @@ def bounded_cache(
     tokens = inputs if inputs is not None else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
     check_run(Run(model, family, request, config, kwargs, tokens, kwargs.get("attention_mask")))
     cache, rotary = passed_cache(kwargs), rotary_finder(family)
+    width = None if tokens is None else tokens.shape[1]
     if cache is None:
+        check_multi_token_continuation(model, 0, width, config.prefill_chunk_size)
         cache = bounded_cache_for(model, request, rotary, family.rotary_layers, static=static)
     else:
-        width = None if tokens is None else tokens.shape[1]
         cache = given_cache(model, cache, request, rotary, width, family.rotary_layers)
         if window_prefill and cache.cursor is not None:
             require("`prefill_chunk_size` when continuing from a returned cache", CHUNKED_PREFILL_AFTER_A_CACHE)
+        check_multi_token_continuation(model, cache.cursor or 0, width, config.prefill_chunk_size)
         cache.set_window_prefill(window_prefill)
     cache.compile_requested = config.compile_config is not None
     cache.generated_from = user_columns(tokens, kwargs.get("attention_mask"))

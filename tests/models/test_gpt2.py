@@ -7,7 +7,7 @@ import unittest
 import torch
 
 from tests.bounded_mixin import BoundedGenerationTesterMixin
-from tests.common import PAD, left_padded_batch
+from tests.common import PAD, left_padded_batch, returned_cache
 from tests.sink_mixin import SinkTesterMixin
 
 
@@ -45,5 +45,5 @@ class GPT2BoundedGenerationTest(BoundedGenerationTesterMixin, SinkTesterMixin, u
         output = self.bounded(model, ids, mask, 5, max_new_tokens=new)
         self.assertEqual(output.sequences.shape[1], ids.shape[1] + new)
         self.assertEqual(len(forwards), new)  # the hook that saw no forward above does count them
-        self.assertTrue(torch.equal(output.past_key_values.kept_lengths(), torch.tensor([5, 5])))
+        self.assertTrue(torch.equal(returned_cache(output).kept_lengths(), torch.tensor([5, 5])))
         self.assert_matches_reference(model, output, mask, 5)

@@ -9,7 +9,7 @@ from parameterized import parameterized
 
 from tests.bounded_helpers import NEW
 from tests.bounded_mixin import BoundedGenerationTesterMixin
-from tests.common import ATTENTION, left_padded_batch
+from tests.common import ATTENTION, left_padded_batch, returned_cache
 from tests.reference import native_sliding_window_model
 from tests.sink_mixin import NativeWindowSinkTesterMixin
 
@@ -58,8 +58,8 @@ class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSin
         model = self.build(sliding_window=4)  # at most 3 past keys per query
         ids, mask = left_padded_batch([12, 7], seed=5)
         bounded = self.bounded(model, ids, mask, 10)
-        self.assertTrue(torch.equal(bounded.past_key_values.kept_lengths(), torch.tensor([3, 3])))
-        self.assertEqual(bounded.past_key_values.layers[0].keys.shape[-2], 4)
+        self.assertTrue(torch.equal(returned_cache(bounded).kept_lengths(), torch.tensor([3, 3])))
+        self.assertEqual(returned_cache(bounded).layers[0].keys.shape[-2], 4)
         self.assert_same_run(bounded, self.native(model, ids, mask))  # the model's own window, unpatched path
         self.assert_matches_reference(model, bounded, mask, 3)
         chunked = self.bounded(model, ids, mask, 10, prefill_chunk_size=5)
@@ -69,7 +69,7 @@ class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSin
         model = self.build(sliding_window=9)
         ids, mask = left_padded_batch([12, 7], seed=6)
         bounded = self.bounded(model, ids, mask, 3)
-        self.assertTrue(torch.equal(bounded.past_key_values.kept_lengths(), torch.tensor([3, 3])))
+        self.assertTrue(torch.equal(returned_cache(bounded).kept_lengths(), torch.tensor([3, 3])))
         self.assert_matches_reference(model, bounded, mask, 3)  # the native window still shapes the prefill
         chunked = self.bounded(model, ids, mask, 3, prefill_chunk_size=5)
         self.assert_same_run(chunked, self.native(native_sliding_window_model(model, 4), ids, mask))
@@ -79,5 +79,5 @@ class MistralBoundedGenerationTest(BoundedGenerationTesterMixin, NativeWindowSin
         self.assertIsNone(model.config.sliding_window)
         ids, mask = left_padded_batch([12, 7], seed=7)
         bounded = self.bounded(model, ids, mask, 3)
-        self.assertTrue(torch.equal(bounded.past_key_values.kept_lengths(), torch.tensor([3, 3])))
+        self.assertTrue(torch.equal(returned_cache(bounded).kept_lengths(), torch.tensor([3, 3])))
         self.assert_matches_reference(model, bounded, mask, 3)
