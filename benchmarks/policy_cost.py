@@ -36,7 +36,7 @@ def main(argv=None) -> int:
 
     import cachelimit
     from cachelimit.bench.alternate import measure
-    from cachelimit.hf.compat import CACHE_ARGUMENT
+    from cachelimit.hf.compat import CACHE_ARGUMENT, output_cache
 
     torch.set_num_threads(args.threads)
     if args.model == "smollm2":
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     def prefill(name: str) -> None:
         with torch.inference_mode():
             out = model.generate(ids, max_new_tokens=1, do_sample=False, return_dict_in_generate=True, **options(name))
-        states[name] = (out.sequences, getattr(out, "cache", None) or out.past_key_values)
+        states[name] = (out.sequences, output_cache(out))
 
     def steps(name: str):
         def run():

@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import cachelimit
 from cachelimit.core.eviction import TOVA, KeyDiff, SnapKV
 from cachelimit.hf.compat import CACHE_ARGUMENT
+from tests.common import returned_cache
 from tests.scored_reference import (
     attention_score,
     keydiff_score,
@@ -63,10 +64,6 @@ def prompt(batch: int, length: int, pads: tuple[int, ...] = ()):
         mask[row, :count] = 0
         ids[row, :count] = 0
     return ids, mask
-
-
-def returned_cache(out):
-    return getattr(out, "cache", None) or out.past_key_values
 
 
 def assert_same_evictions(mine, theirs, gap, tie):
