@@ -125,6 +125,7 @@ def slow_reference(
     eager=None,
     heads=None,
     others=None,
+    spans=None,
 ):
     """The slow reference's kept sets: a list (one per forward) of {layer: [B][H] set of real columns kept}, and
     the smallest score gap met at any eviction (see the module docstring). `eager`: the eager twin whose attention
@@ -143,7 +144,7 @@ def slow_reference(
     kept = {layer: [[set() for _ in range(heads)] for _ in range(batch)] for layer in layers}
     cache, history, gap = DynamicCache(), [], float("inf")
     positions = positions_of(attention_mask)
-    for start, end in forwards_of(prompt, total, chunk):
+    for start, end in _spans(spans, prompt, total, chunk):
         masks = {}
         for layer in layers:
             seen = torch.zeros(batch, heads, end - start, end, dtype=torch.bool)
@@ -230,13 +231,25 @@ def recorded_kept(cache, layers=None) -> dict[int, list[list[set[int]]]]:
     return found
 
 
+class History(list):
+    """The kept sets after each forward (a list), and `spans`: the (start, end) columns each forward read."""
+
+    def __init__(self):
+        super().__init__()
+        self.spans: list[tuple[int, int]] = []
+
+
 @contextlib.contextmanager
-def recording(model, cache) -> Iterator[list]:
-    """Record `recorded_kept(cache)` after every forward of `model` on `cache`."""
-    history: list = []
+def recording(model, cache) -> Iterator[History]:
+    """Record `recorded_kept(cache)` after every forward of `model` on `cache`, and the columns it read (a release
+    chunks a prompt its own way: transformers 4.x reads the last prompt token apart)."""
+    history = History()
 
     def record(module, args, kwargs, output):
         if kwargs.get(CACHE_ARGUMENT) is cache:
+            tokens = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs["inputs_embeds"]
+            start = history.spans[-1][1] if history.spans else 0
+            history.spans.append((start, start + tokens.shape[1]))
             history.append(recorded_kept(cache))
 
     handle = model.register_forward_hook(record, with_kwargs=True)
@@ -244,6 +257,14 @@ def recording(model, cache) -> Iterator[list]:
         yield history
     finally:
         handle.remove()
+
+
+def _spans(spans, prompt: int, total: int, chunk) -> list[tuple[int, int]]:
+    """The forwards to replay: the recorded ones, then one token each up to `total`; else `forwards_of`."""
+    if spans is None:
+        return forwards_of(prompt, total, chunk)
+    end = spans[-1][1]
+    return list(spans) + [(column, column + 1) for column in range(end, total)]
 
 
 def replay_logits(
@@ -257,7 +278,7 @@ def replay_logits(
     groups = model.config.num_attention_heads // heads
     real = attention_mask.bool()
     masks = {}
-    spans = forwards_of(prompt, total, chunk)
+    spans = _spans(getattr(history, "spans", None), prompt, total, chunk)
     for layer in history[0]:
         seen = torch.zeros(batch, heads, total, total, dtype=torch.bool)
         for index, (start, end) in enumerate(spans):

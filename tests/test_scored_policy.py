@@ -10,6 +10,7 @@ import pytest
 import torch
 from parameterized import parameterized
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import cachelimit
 from cachelimit.core.eviction import TOVA, KeyDiff, SnapKV
@@ -89,6 +90,8 @@ class PolicyReferences:
     @parameterized.expand(CASES)
     def test_matches_both_references(self, _, bound, options, shape, chunk):
         make, score = POLICY_CASES[self.policy]
+        if self.attention == "eager" and score is not keydiff_score and not EAGER_DISPATCHED:
+            self.skipTest("transformers < 5 calls eager attention directly: refused (test_eager_refused_there)")
         sharp = 1.0 if score is keydiff_score else 6.0
         model = tiny_llama(self.attention, self.dtype, sharp)
         limit, sinks, protected = bound["limit"], bound["sinks"], bound.get("protected", 0)
@@ -160,6 +163,20 @@ class TestTovaEager(PolicyReferences):
 
 class TestSnapKVSdpa(PolicyReferences):
     attention, dtype, policy = "sdpa", torch.float64, "snapkv"
+
+
+#: the release dispatches eager attention through ALL_ATTENTION_FUNCTIONS, where a query-scored policy scores it
+EAGER_DISPATCHED = hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface")
+
+
+@pytest.mark.skipif(EAGER_DISPATCHED, reason="this release dispatches eager attention: served (TestTovaEager)")
+def test_eager_refused_there():
+    """Where transformers calls eager attention directly, a query-scored policy cannot see the queries: refused
+    before any token, naming the implementations that work."""
+    model = tiny_llama("eager", torch.float32)
+    ids, mask = prompt(1, 12)
+    with cachelimit.patched("llama"), pytest.raises(ValueError, match="attn_implementation='sdpa'"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_limit=8, cache_policy="tova", pad_token_id=0)
 
 
 def test_protected_window_is_the_window():
