@@ -53,7 +53,8 @@ class KeyDiff:
         weights = inverse if real is None else inverse * real.to(work.dtype)
         anchor = (weights.unsqueeze(-2) @ work).squeeze(-2)  # [B, H, d]: the sum of the real unit keys
         anchor = anchor / anchor.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(work.dtype).tiny)
-        return (work @ anchor.unsqueeze(-1)).squeeze(-1) * inverse
+        # einsum, not `work @ anchor[..., None]`: a matrix-vector product that way took 5x longer on CPU
+        return torch.einsum("bhkd,bhd->bhk", work, anchor) * inverse
 
 
 @dataclass(frozen=True)
