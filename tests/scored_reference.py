@@ -241,22 +241,30 @@ class History(list):
 
 @contextlib.contextmanager
 def recording(model, cache) -> Iterator[History]:
-    """Record `recorded_kept(cache)` after every forward of `model` on `cache`, and the columns it read (a release
-    chunks a prompt its own way: transformers 4.x reads the last prompt token apart)."""
+    """Record `recorded_kept(cache)` after every forward on `cache`, and the columns each forward read: taken when
+    the cache plans its next forward (`begin_step`) and once more at the end, so every forward is seen however the
+    release calls the model (transformers 4.x runs a chunked prefill's chunks where a model hook does not see them,
+    and reads the last prompt token apart)."""
     history = History()
+    plan_next = cache.begin_step
 
-    def record(module, args, kwargs, output):
-        if kwargs.get(CACHE_ARGUMENT) is cache:
-            tokens = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs["inputs_embeds"]
-            start = history.spans[-1][1] if history.spans else 0
-            history.spans.append((start, start + tokens.shape[1]))
+    def record() -> None:
+        start = history.spans[-1][1] if history.spans else 0
+        end = cache.get_seq_length() if cache.fitted else 0
+        if end > start:
+            history.spans.append((start, end))
             history.append(recorded_kept(cache))
 
-    handle = model.register_forward_hook(record, with_kwargs=True)
+    def begin_step(*args, **kwargs):
+        record()
+        return plan_next(*args, **kwargs)
+
+    cache.begin_step = begin_step
     try:
         yield history
     finally:
-        handle.remove()
+        del cache.begin_step
+        record()
 
 
 def _spans(spans, prompt: int, total: int, chunk) -> list[tuple[int, int]]:
