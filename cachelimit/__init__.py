@@ -30,6 +30,7 @@ _EXPORTS = {
     "BoundedCache": ".core.cache",
     "BoundedLayer": ".core.layers",
     "WindowPolicy": ".core.window",
+    "KeyDiff": ".core.eviction",
     "SUPPORTED_RANGE": ".hf.compat",
     "FAMILIES": ".families.table",
     "Family": ".families.registry",
@@ -43,6 +44,7 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .cli.pretrained import load_pretrained
     from .core.cache import BoundedCache
+    from .core.eviction import KeyDiff
     from .core.layers import BoundedLayer
     from .core.window import WindowPolicy
     from .families.patching import is_patched, patch, patched, unpatch
@@ -86,6 +88,7 @@ __all__ = [
     "BoundedLayer",
     "Family",
     "GenerateArguments",
+    "KeyDiff",
     "SUPPORTED_RANGE",
     "WindowPolicy",
     "__version__",

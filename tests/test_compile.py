@@ -118,6 +118,26 @@ class CompiledDecodeTest(unittest.TestCase):
         self.assertEqual([step for step in compiles if step > 0], [1], f"compiles in steps {compiles}")
         self.assert_same_run(compiled, eager)
 
+    @parameterized.expand([("keydiff", 0), ("tova", 2), ("snapkv", 0)])
+    def test_scored_policy_compiles_without_recompiling_once_evicting(self, policy, sinks):
+        """A scored policy (issue 25): decode compiles while the layer fills (slot = column), once when it first
+        evicts, once when it writes into freed slots, once when the last pad has left (its steps need a mask and
+        the pads' scores left out until then), then never again; the same tokens and logits as eager."""
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([9, 5], seed=6)
+
+        def cache():
+            return BoundedCache.from_model(model, LIMIT, sinks, static=True, cache_policy=policy)
+
+        eager = generate(model, ids, mask, cache(), STEPS + 1)
+        compiled, compiles = compiled_run(model, ids, mask, cache(), STEPS + 1)
+        decode_compiles = [step for step in compiles if step > 0]
+        steady = LIMIT + 2 - ids.shape[1]  # the first decode step that writes into a freed slot
+        pads = int((mask == 0).sum(1).max())  # one pad leaves per step from then on
+        self.assertLessEqual(len(decode_compiles), 4, compiles)
+        self.assertEqual([step for step in decode_compiles if step > steady + pads], [], compiles)
+        self.assert_same_run(compiled, eager)
+
     def test_growing_ring_recompiles_only_when_it_grows(self):
         model = build_tiny_model("llama")
         ids, mask = left_padded_batch([6, 6], seed=7)

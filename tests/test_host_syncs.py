@@ -79,6 +79,11 @@ class HostSyncTest(unittest.TestCase):
             ("chunked_prefill", "mistral", [10, 10], {"prefill_chunk_size": 4}),
             ("hybrid", "gemma3_text", [10, 7], {}),  # sliding and full layers: two groups, two masks
             ("learned_positions_sinks", "gpt2", [10, 10], {"num_sink_tokens": 2}),
+            # scored policies (issue 25): each head frees its own slot, all on the device
+            ("keydiff", "llama", [10, 10], {"cache_policy": "keydiff"}),
+            ("keydiff_left_padded_sinks", "llama", [10, 3], {"cache_policy": "keydiff", "num_sink_tokens": 2}),
+            ("tova_left_padded", "llama", [10, 6], {"cache_policy": "tova"}),
+            ("snapkv_sinks", "llama", [10, 10], {"cache_policy": "snapkv", "num_sink_tokens": 2}),
         ]
     )
     def test_steady_steps_sync_no_more_than_unbounded(self, _, family, lengths, options):

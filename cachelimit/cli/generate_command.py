@@ -14,6 +14,7 @@ from ..families.patching import patch
 from ..families.table import FAMILIES
 from .errors import CliError
 from .model_argument import load_model
+from .parser import cache_policy
 from .pretrained import encode_prompt
 from .terminal import KVMeter, LiveTextStreamer, StatusLine
 from .tiny_model import HEADER, build_tiny_model
@@ -79,6 +80,8 @@ def run_options(args: argparse.Namespace, model, tokenizer) -> dict:
         )
     if args.cache_limit is not None:
         options.update(cache_limit=args.cache_limit, num_sink_tokens=args.sinks)
+        if (policy := cache_policy(args)) is not None:
+            options["cache_policy"] = policy
     return options
 
 
@@ -86,7 +89,8 @@ def window_label(args: argparse.Namespace) -> str:
     """How the status line names the cache: "unbounded", or "limit L" with its sinks."""
     if args.cache_limit is None:
         return "unbounded"
-    return f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
+    label = f"limit {args.cache_limit}" + (f", {args.sinks} sinks" if args.sinks else "")
+    return label + (f", {args.policy}" if args.policy not in (None, "window") else "")
 
 
 def generate_command(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .._version import __version__
+from ..core.eviction import POLICIES
 from ..core.policy import MAX_CACHE_LIMIT
 from ..families.table import FAMILIES
 from ..hf.request import BoundedRequest
@@ -35,7 +36,12 @@ CHAT_EXAMPLES = """examples:
   cachelimit chat smollm2 --cache-limit 512 --sinks 4 --sample
   echo "Hello" | cachelimit chat smollm2 --max-new-tokens 50  # messages from a pipe, one per line"""
 #: the generate arguments' names as this command line spells them (for the shared validator's messages)
-FLAGS = {"cache_limit": "--cache-limit", "num_sink_tokens": "--sinks"}
+FLAGS = {
+    "cache_limit": "--cache-limit",
+    "num_sink_tokens": "--sinks",
+    "cache_policy": "--policy",
+    "protected": "--protected",
+}
 DEMO_SINKS = 4
 CHAT_LIMIT = 1024
 
@@ -99,7 +105,28 @@ def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | N
         metavar="S",
         help=f"of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L{sinks}",
     )
+    parser.add_argument(
+        "--policy",
+        choices=list(POLICIES),
+        default=None,
+        help="what else the cache keeps: the most recent positions (window, the default) or the best-scored ones "
+        "(keydiff, tova, snapkv: see README 'Choosing a policy')",
+    )
+    parser.add_argument(
+        "--protected",
+        type=int_in_range(0, MAX_CACHE_LIMIT - 1),
+        default=None,
+        metavar="R",
+        help="with a scored --policy: never evict the R most recent positions (default: min(32, (L - S) // 2))",
+    )
     parser.set_defaults(default_sinks=None if default_limit is None else DEMO_SINKS)
+
+
+def cache_policy(args: argparse.Namespace):
+    """The `cache_policy` the flags ask for: None (the window), or the scored policy with its protected window."""
+    if args.policy in (None, "window"):
+        return None
+    return POLICIES[args.policy](protected=args.protected)
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, default_limit: int | None, new_tokens: str) -> None:
@@ -136,10 +163,14 @@ def _check_window(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """`--cache-limit`/`--sinks` through the same validator as `generate(cache_limit=, num_sink_tokens=)`."""
     if args.sinks is None and args.default_sinks is not None and args.cache_limit is not None:
         args.sinks = min(args.default_sinks, args.cache_limit - 1)  # the default sinks fit any limit
+    if args.protected is not None and args.policy in (None, "window"):
+        parser.error("argument --protected: needs a scored --policy (keydiff, tova, snapkv); the window keeps by age")
+    if args.policy not in (None, "window") and args.cache_limit is None:
+        parser.error("argument --policy: needs --cache-limit: a policy chooses what a bounded cache keeps")
     if args.cache_limit is None and args.sinks is None:
         return
     try:
-        BoundedRequest.from_arguments(args.cache_limit, args.sinks)
+        BoundedRequest.from_arguments(args.cache_limit, args.sinks, cache_policy=cache_policy(args))
     except (ValueError, TypeError) as error:
         requirement = getattr(error, "requirement", str(error))
         for name, flag in FLAGS.items():

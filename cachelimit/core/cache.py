@@ -52,10 +52,20 @@ class BoundedCache(Cache):
     slots) before the window fills. The growing ring (the default) holds only what it has seen, and compiles too when
     a `compile_config` asks for it, with one recompile each time the ring grows (at most one per doubling)."""
 
-    def __init__(self, limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False):
+    def __init__(
+        self,
+        limit: int,
+        num_sink_tokens: int = 0,
+        *,
+        window_prefill: bool = False,
+        static: bool = False,
+        cache_policy: object = None,
+    ):
         if not isinstance(static, bool):
             raise TypeError(f"`static` must be a bool, got {type(static).__name__} {static!r}.")
         self.policy = WindowPolicy(limit, num_sink_tokens, window_prefill)
+        #: the scored eviction policy of the full-attention layers (`core.eviction`), None for the window
+        self.cache_policy = cache_policy
         self.static = static
         #: a `compile_config` asks this run to compile its decoding forward (set by each bounded `generate`)
         self.compile_requested = False
@@ -73,7 +83,14 @@ class BoundedCache(Cache):
 
     @classmethod
     def from_model(
-        cls, model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False
+        cls,
+        model,
+        cache_limit: int,
+        num_sink_tokens: int = 0,
+        *,
+        window_prefill: bool = False,
+        static: bool = False,
+        cache_policy: object = None,
     ) -> BoundedCache:
         """The cache `generate(..., cache_limit=L, num_sink_tokens=S)` would build for `model`, fitted to it: each
         layer type's native window applies (min(L, W - 1) positions kept) and RoPE sinks move with the model's own
@@ -81,7 +98,9 @@ class BoundedCache(Cache):
         build = getattr(model, "_cachelimit_bounded_cache", None)
         if build is None:
             raise ValueError(f"{type(model).__name__} is not patched; call cachelimit.patch() first.")
-        return build(cache_limit, num_sink_tokens, window_prefill=window_prefill, static=static)
+        return build(
+            cache_limit, num_sink_tokens, window_prefill=window_prefill, static=static, cache_policy=cache_policy
+        )
 
     @property
     def is_compileable(self) -> bool:

@@ -17,7 +17,7 @@ from transformers.cache_utils import Cache
 from transformers.utils import is_hqq_available, is_optimum_quanto_available
 
 from .compat import FP8_QUANTIZED_CACHE, require
-from .validation import check_int
+from .validation import check_int, check_policy
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,13 @@ class GenerateArguments:
     `cache_limit`/`num_sink_tokens` turn the call into a bounded run (validated like explicit arguments);
     `generation` holds generation-config fields (such as transformers' own `cache_implementation`);
     `needs_cuda` marks transformers' offloading, which synchronises CUDA streams and fails mid-forward elsewhere;
-    `static` allocates a bounded run's ring at its full size with the first forward (`BoundedCache(static=True)`).
+    `static` allocates a bounded run's ring at its full size with the first forward (`BoundedCache(static=True)`);
+    `cache_policy` is a bounded run's policy (`generate(cache_policy=...)`: None for the window).
     """
 
     cache_limit: int | None = None
     num_sink_tokens: int | None = None
+    cache_policy: Any = None
     generation: Mapping[str, Any] = field(default_factory=dict)
     needs_cuda: bool = False
     static: bool = False
@@ -107,16 +109,24 @@ def check_static(static) -> bool:
 
 
 def window(
-    model_config: PretrainedConfig, generation_config: GenerationConfig, *, window_length: int, static: bool = False
+    model_config: PretrainedConfig,
+    generation_config: GenerationConfig,
+    *,
+    window_length: int,
+    static: bool = False,
+    cache_policy: Any = None,
 ) -> GenerateArguments:
     """A sliding window of `window_length` tokens *counting the new one*: `cache_limit = window_length - 1`.
 
     The convention is the one of transformers' `sliding_window` (Mistral's `sliding_window=W` and this window
     give the same tokens) and of the former `SinkCache`. `static=True` allocates the ring at its full size with the
-    first forward: one shape for every decode step, for `torch.compile` (see `BoundedCache`).
+    first forward: one shape for every decode step, for `torch.compile` (see `BoundedCache`). `cache_policy`: what
+    the bound keeps besides the newest token, as `generate(cache_policy=...)` (a scored policy keeps by score).
     """
     check_int("window_length", window_length, 2)
-    return GenerateArguments(cache_limit=window_length - 1, static=check_static(static))
+    return GenerateArguments(
+        cache_limit=window_length - 1, static=check_static(static), cache_policy=check_policy(cache_policy)
+    )
 
 
 def sink(
@@ -126,14 +136,19 @@ def sink(
     window_length: int,
     num_sink_tokens: int,
     static: bool = False,
+    cache_policy: Any = None,
 ) -> GenerateArguments:
     """StreamingLLM: transformers' former `SinkCache(window_length, num_sink_tokens)`, one to one.
 
     `window_length` counts the new token (`cache_limit = window_length - 1`), of which `num_sink_tokens` are each
-    row's first real tokens; at least one recent position must remain besides the sinks. `static`: as for "window".
+    row's first real tokens; at least one recent position must remain besides the sinks. `static`, `cache_policy`:
+    as for "window".
     """
     check_int("window_length", window_length, 2)
     check_int("num_sink_tokens", num_sink_tokens, 0, window_length - 2)
     return GenerateArguments(
-        cache_limit=window_length - 1, num_sink_tokens=num_sink_tokens, static=check_static(static)
+        cache_limit=window_length - 1,
+        num_sink_tokens=num_sink_tokens,
+        static=check_static(static),
+        cache_policy=check_policy(cache_policy),
     )

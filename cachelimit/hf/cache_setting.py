@@ -133,6 +133,12 @@ class CacheSetting:
     #: what a built-in factory returned at set time (pure, so reused); None for custom factories (called per run)
     fixed: GenerateArguments | None = None
 
+    def policy_for_run(self, cache_limit) -> Any:
+        """The setting's `cache_policy` for a run whose limit `apply` gave as `cache_limit` (None unless it is the
+        setting's own bounded run)."""
+        fixed = self.fixed
+        return fixed.cache_policy if fixed is not None and cache_limit == fixed.cache_limit else None
+
     def _ignored(self, reason: str) -> None:
         warnings.warn(
             f"{reason}, so the model's {_describe(self.name, self.kwargs)} is ignored for this call.",
@@ -150,7 +156,8 @@ class CacheSetting:
 
     def apply(self, model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs):
         """Return `generate`'s (inputs, generation_config, cache_limit, num_sink_tokens, static, kwargs) for this run
-        (`static`: a bounded run's ring is allocated at its full size, `GenerateArguments.static`).
+        (`static`: a bounded run's ring is allocated at its full size, `GenerateArguments.static`). The setting's
+        `cache_policy` is `policy_for_run`'s.
 
         Anything the call says explicitly about its cache wins over the model-level setting (with a warning when
         they disagree): a call is never silently run with a cache other than the one it asked for.
@@ -195,7 +202,10 @@ def _check_bounded(model, name: str, arguments: GenerateArguments) -> None:
     if arguments.cache_limit is not None:
         source = f"set_cache_implementation({name!r})"
         model_request(
-            model, BoundedRequest.from_arguments(arguments.cache_limit, arguments.num_sink_tokens, source=source)
+            model,
+            BoundedRequest.from_arguments(
+                arguments.cache_limit, arguments.num_sink_tokens, source=source, cache_policy=arguments.cache_policy
+            ),
         )
 
 

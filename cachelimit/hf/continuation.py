@@ -30,6 +30,11 @@ def given_cache(
             f"The given cache was built with cache_limit={cache.policy.limit}, num_sink_tokens="
             f"{cache.policy.num_sinks}; this call asks for cache_limit={request.limit}, num_sink_tokens={request.sinks}."
         )
+    if cache.cache_policy != request.policy:
+        raise ValueError(
+            f"The given cache keeps by cache_policy={cache.cache_policy!r}; this call asks for "
+            f"cache_policy={request.policy!r}: continue a cache under the policy it was filled with."
+        )
     if not cache.fitted:  # built by hand: it belongs to the first model it runs on
         fit(cache, model, request, rotary, rotary_layers)
     cache.check_owner(model)

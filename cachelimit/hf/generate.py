@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 from ..core.cache import BoundedCache
 from .attention_maps import attentions_in_sequence_order
+from .attention_scores import scoring_attention
 from .cache_setting import setting_of
 from .compat import CHUNKED_PREFILL_AFTER_A_CACHE, passed_cache, require, with_cache
 from .continuation import given_cache
-from .generation_config import requested_window, resolved_config
+from .generation_config import requested_policy, requested_window, resolved_config
 from .installed import family_of, original_attribute
 from .layout import bounded_cache_for, check_family, model_request, rotary_finder
 from .prepare import forwards_embeds, prepare_calling
@@ -32,12 +33,27 @@ from .run_checks import Run, check_assistant, check_run
 
 
 def bounded_cache(
-    model, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source: str = "", static: bool = False
+    model,
+    inputs,
+    generation_config,
+    cache_limit,
+    num_sink_tokens,
+    kwargs,
+    source: str = "",
+    static: bool = False,
+    cache_policy=None,
 ) -> BoundedCache:
     """Validate a bounded run (raising before any token on anything it cannot do); return the cache it will use."""
     config = resolved_config(model, generation_config, kwargs)
     window_prefill = config.prefill_chunk_size is not None
-    request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill, source=source)
+    request = BoundedRequest.from_arguments(
+        cache_limit, num_sink_tokens, window_prefill=window_prefill, source=source, cache_policy=cache_policy
+    )
+    if request.policy is not None and config.output_attentions:
+        raise ValueError(
+            f"`output_attentions=True` cannot be served with cache_policy={request.policy.name!r}: each head keeps "
+            "its own positions in no sequence order, so the maps would not show positions. Use the window."
+        )
     family = family_of(model)
     check_family(model, family)
     request = model_request(model, request)
@@ -104,10 +120,21 @@ def methods_pinned_for_the_run(model) -> Iterator[None]:
                     del vars(model)["prepare_inputs_for_generation"]
 
 
-def generate(self, inputs=None, generation_config=None, *args, cache_limit=None, num_sink_tokens=None, **kwargs):
-    """transformers' `generate`, plus `cache_limit=L` (keep at most L cached positions) and
-    `num_sink_tokens=S` (of which the first S real tokens of each row). Without them: unchanged."""
+def generate(
+    self,
+    inputs=None,
+    generation_config=None,
+    *args,
+    cache_limit=None,
+    num_sink_tokens=None,
+    cache_policy=None,
+    **kwargs,
+):
+    """transformers' `generate`, plus `cache_limit=L` (keep at most L cached positions), `num_sink_tokens=S` (of
+    which the first S real tokens of each row) and `cache_policy` (what else is kept: the window by default, or a
+    scored policy such as "keydiff", `cachelimit.core.eviction`). Without them: unchanged."""
     setting = setting_of(self)
+    cache_policy = requested_policy(self, generation_config, cache_policy, setting is not None)
     cache_limit, num_sink_tokens, source = requested_window(
         self, generation_config, cache_limit, num_sink_tokens, setting is not None
     )
@@ -117,19 +144,26 @@ def generate(self, inputs=None, generation_config=None, *args, cache_limit=None,
         inputs, generation_config, cache_limit, num_sink_tokens, static, kwargs = setting.apply(
             self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs
         )
+        cache_policy = cache_policy if cache_policy is not None else setting.policy_for_run(cache_limit)
     given = passed_cache(kwargs)
     if cache_limit is None and num_sink_tokens is None and isinstance(given, BoundedCache):
         cache_limit, num_sink_tokens = given.policy.limit, given.policy.num_sinks  # continuing a bounded run
+        cache_policy = given.cache_policy if cache_policy is None else cache_policy
         source = "past_key_values"
     original = original_attribute(type(self), "generate")
     if cache_limit is None and num_sink_tokens is None:
+        if cache_policy is not None:
+            raise ValueError("`cache_policy` needs `cache_limit`: a policy chooses what a bounded cache keeps.")
         return original(self, inputs, generation_config, *args, **kwargs)
     check_assistant(generation_config, {})
-    cache = bounded_cache(self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source, static)
+    cache = bounded_cache(
+        self, inputs, generation_config, cache_limit, num_sink_tokens, kwargs, source, static, cache_policy
+    )
     kwargs = with_cache(kwargs, cache)
     # The patched `prepare_inputs_for_generation` recognises the `BoundedCache`; the limit is not passed on, so a
     # `generation_config` carrying the same fields cannot swallow it (transformers moves known kwargs into it).
-    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache):  # maps in sequence order
+    # maps in sequence order; a query-scored policy's scores taken in the attention calls
+    with methods_pinned_for_the_run(self), attentions_in_sequence_order(self, cache), scoring_attention(self, cache):
         try:
             output = original(self, inputs, generation_config, *args, **kwargs)
         finally:

@@ -54,3 +54,12 @@ def requested_window(model, generation_config, cache_limit, num_sink_tokens, has
                 window[index] = value
                 used.add(source)
     return window[0], window[1], " and ".join(sorted(used - {""}))
+
+
+def requested_policy(model, generation_config, cache_policy, has_setting: bool):
+    """`cache_policy` from the first place that sets it: the keyword argument, the passed `generation_config`, then
+    the model's own `generation_config` (unless a `set_cache_implementation` setting chooses the model's cache)."""
+    if cache_policy is not None:
+        return cache_policy
+    places = [generation_config] + ([] if has_setting else [model.generation_config])
+    return next((value for place in places if (value := getattr(place, "cache_policy", None)) is not None), None)

@@ -20,9 +20,11 @@ import torch
 from ..core.cache import BoundedCache, LayerGroup
 from ..core.layers import BoundedLayer
 from ..core.rotary import RotaryShift
+from ..core.scored import ScoredPolicy
+from ..core.scored_layer import ScoredLayer
 from ..core.window import WindowPolicy
 from .cache_layers import hybrid_layer_class, own_layer
-from .compat import decoder_body, require, rotaries_apart, uses_rope
+from .compat import MLA_CACHES_LATENT, decoder_body, require, rotaries_apart, uses_rope
 from .installed import family_of
 from .layer_types import CHUNKED, RECURRENT, attention_windows, layer_kinds
 from .request import BoundedRequest
@@ -134,6 +136,16 @@ def fit(
             layers.append(own_layer(kind))
             continue
         group = groups[kind.attention]
+        if isinstance(group.policy, ScoredPolicy):
+            if kind.state is not None:
+                raise ValueError(
+                    f"cache_policy={request.policy.name!r} cannot serve {type(model).__name__}: its decoder layers hold "
+                    "attention and a recurrent state in one cache layer, which the scored layer does not carry (use "
+                    "the window: no cache_policy)."
+                )
+            check_scored_keys(model, request)
+            layers.append(ScoredLayer(group))  # kept keys keep their positions: no sink is moved
+            continue
         shift = rotaries.get(rotary_kind) if rotary_kind is not None else None
         if shift is not None:
             group.rotaries[rotary_kind] = shift
@@ -145,9 +157,25 @@ def fit(
     cache.fit(model, list(groups.values()), [layer for layer in layers if layer is not None], recurrent)
 
 
-def policy_for(request: BoundedRequest, kind: str, size: int | None) -> WindowPolicy:
-    """The window policy of one attention type: what it keeps (`BoundedRequest.kept`), and its own pattern on top (a
-    native sliding window, or chunks)."""
+def check_scored_keys(model: torch.nn.Module, request: BoundedRequest) -> None:
+    """KeyDiff scores the cached keys themselves: refuse a cache that holds something else (multi-head latent
+    attention caches the compressed latent from 5.15.0 on; its keys are made from it per head at each step)."""
+    latent = getattr(model.config, "kv_lora_rank", None) is not None and MLA_CACHES_LATENT
+    if latent and request.policy.name == "keydiff":
+        raise ValueError(
+            f"cache_policy='keydiff' cannot serve {type(model).__name__} on this transformers release: its cache holds "
+            "the compressed latent of multi-head latent attention, not the keys attention reads, so KeyDiff's "
+            "cosine would score something else. Use cache_policy='tova' or 'snapkv' (they score the attention)."
+        )
+
+
+def policy_for(request: BoundedRequest, kind: str, size: int | None) -> WindowPolicy | ScoredPolicy:
+    """The policy of one attention type: a scored one (`request.policy`) for full attention; else the window, with
+    what it keeps (`BoundedRequest.kept`) and the type's own pattern on top (a native sliding window, or chunks).
+    A sliding or chunked layer keeps the window under a scored policy too: the model's own pattern hides every key
+    older than its window from it, so there is nothing to choose among beyond the most recent."""
+    if request.policy is not None and size is None:
+        return ScoredPolicy(request.limit, request.sinks, request.protected, request.policy, request.window_prefill)
     chunk = size if kind == CHUNKED else None
     window = None if kind == CHUNKED else size
     return WindowPolicy(request.kept(kind, size), request.sinks, request.window_prefill, window, chunk)
@@ -162,7 +190,9 @@ def bounded_cache_for(
 ) -> BoundedCache:
     """The cache a bounded run of `model` uses, fitted to it (raises a ValueError for what cannot be served);
     `static`: its rings are allocated at their full size (`BoundedCache`)."""
-    cache = BoundedCache(request.limit, request.sinks, window_prefill=request.window_prefill, static=static)
+    cache = BoundedCache(
+        request.limit, request.sinks, window_prefill=request.window_prefill, static=static, cache_policy=request.policy
+    )
     fit(cache, model, request, rotary, rotary_layers)
     return cache
 
@@ -180,11 +210,19 @@ def check_family(model, family) -> None:
 
 
 def cache_for_model(
-    model, cache_limit: int, num_sink_tokens: int = 0, *, window_prefill: bool = False, static: bool = False
+    model,
+    cache_limit: int,
+    num_sink_tokens: int = 0,
+    *,
+    window_prefill: bool = False,
+    static: bool = False,
+    cache_policy=None,
 ) -> BoundedCache:
     """Installed on patched classes for `BoundedCache.from_model`: the cache a bounded `generate` of this model
     builds, validated as `generate` validates it."""
     family = family_of(model)
     check_family(model, family)
-    request = BoundedRequest.from_arguments(cache_limit, num_sink_tokens, window_prefill=window_prefill)
+    request = BoundedRequest.from_arguments(
+        cache_limit, num_sink_tokens, window_prefill=window_prefill, cache_policy=cache_policy
+    )
     return bounded_cache_for(model, model_request(model, request), rotary_finder(family), family.rotary_layers, static)

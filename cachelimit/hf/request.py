@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .validation import check_int, check_window
+from .validation import check_int, check_policy, check_protected, check_window
 
 
 @dataclass(frozen=True)
@@ -26,14 +26,25 @@ class BoundedRequest:
     window_prefill: bool = False
     source: str = ""
     windows: tuple[tuple[str, int | None], ...] = ()
+    #: the scored eviction policy of the full-attention layers (`core.eviction`), None: the window
+    policy: object = None
 
     @classmethod
     def from_arguments(
-        cls, cache_limit, num_sink_tokens=None, *, window_prefill: bool = False, source: str = ""
+        cls, cache_limit, num_sink_tokens=None, *, window_prefill: bool = False, source: str = "", cache_policy=None
     ) -> BoundedRequest:
-        """Validate the arguments as given (limit in [1, 2^62], 0 <= sinks < limit)."""
+        """Validate the arguments as given (limit in [1, 2^62], 0 <= sinks < limit, a known `cache_policy` whose
+        protected window leaves a key to evict)."""
         limit, sinks = check_window(cache_limit, num_sink_tokens, source=source)
-        return cls(limit, sinks, window_prefill, source)
+        policy = check_policy(cache_policy, source=source)
+        if policy is not None:
+            check_protected(policy, limit, sinks)
+        return cls(limit, sinks, window_prefill, source, policy=policy)
+
+    @property
+    def protected(self) -> int:
+        """The scored policy's protected window (0 for the window, which has none)."""
+        return 0 if self.policy is None else check_protected(self.policy, self.limit, self.sinks)
 
     def kept(self, kind: str, size: int | None) -> int:
         """Positions a layer of attention type `kind` keeps, given its native `size` (`hf.layer_types`): the limit,

@@ -9,6 +9,7 @@ No torch or transformers here: the command line validates its flags without impo
 
 from __future__ import annotations
 
+from ..core.eviction import POLICIES, SCORED
 from ..core.policy import MAX_CACHE_LIMIT
 
 
@@ -53,3 +54,29 @@ def last_position(longest_prompt: int, max_new_tokens: int) -> int:
     """The largest position id a run feeds to the model: the last generated token is never fed back, so a
     `P`-token prompt and `N` new tokens use positions `0 .. P + N - 2`."""
     return longest_prompt + max(max_new_tokens, 1) - 2
+
+
+def check_policy(cache_policy, *, source: str = ""):
+    """`cache_policy` as given (None or "window": the window; a name in `core.eviction.POLICIES`, or a policy object
+    such as `KeyDiff(protected=8)`) -> the scored policy object, or None for the window."""
+    if cache_policy is None or isinstance(cache_policy, SCORED):
+        return cache_policy
+    allowed = ", ".join(repr(name) for name in POLICIES)
+    if not isinstance(cache_policy, str):
+        requirement = f"must be one of {allowed} or a policy object (cachelimit.KeyDiff)"
+        raise argument_error(TypeError, "cache_policy", f"{requirement}, got {type(cache_policy).__name__}", source)
+    if cache_policy not in POLICIES:
+        raise argument_error(ValueError, "cache_policy", f"must be one of {allowed}, got {cache_policy!r}", source)
+    policy = POLICIES[cache_policy]
+    return None if policy is None else policy()
+
+
+def check_protected(policy, limit: int, sinks: int, *, source: str = "") -> int:
+    """The protected window of a scored `policy` (its default resolved): an int in [0, L - S], so that a step always
+    has a key it may evict."""
+    from ..core.eviction import protected_positions
+
+    if policy.protected is not None:
+        note = f" (at most cache_limit - num_sink_tokens = {limit} - {sinks})"
+        check_int("protected", policy.protected, 0, limit - sinks, source=source or policy.name, note=note)
+    return protected_positions(policy, limit, sinks)

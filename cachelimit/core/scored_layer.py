@@ -1,0 +1,226 @@
+"""`ScoredLayer`: a bounded layer whose heads each keep the keys their policy scores best (`core.eviction`).
+
+Per KV head it holds up to `L + 1` slots in no order (placement and the shared mask: `core.scored`), and beside each
+slot the column of the token it holds, whether that token is real and whether it may be evicted (`pin`). A decode step writes the
+new key and value into each head's free slot (a tensor index per head: one scatter, no copy of the cache), returns
+every slot, and, once the layer holds more than `L`, scores the keys and frees the slot of the one to evict: the
+highest eviction score among those neither protected nor sinks, pads before anything real, the most recent position
+first among equal scores. A multi-token forward returns the kept past (all slots but the free one) followed by the
+new tokens, then keeps the `L` lowest eviction scores (among equal ones the older) in their old order, slot `L` free.
+
+All of it is tensor work on the plan's tensors, so a compiled decode step recompiles only when the layer starts
+evicting, and reads nothing back from the device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .eviction import QUERY_SCORED, pooled
+from .layers import BoundedLayer
+from .scored import PINNED, ScoredPlan
+
+#: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot: the column of the
+#: token held, whether it is real, and its `pin` (its column, or PINNED for a sink: a slot whose pin is at least the
+#: first protected column is never evicted, one comparison per step)
+SLOT_TENSORS = {"column": -1, "real": False, "pin": PINNED}
+
+
+def evicted_slot(priority: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+    """[B, H] the slot to free: the highest eviction priority; among equal ones the most recent column (the rule
+    a compaction follows too: the older is kept), and among pads (+inf) the lowest slot, as every head of the row
+    has its pads in the same slots (`core.scored`)."""
+    top = priority.amax(-1, keepdim=True)
+    slots = torch.arange(priority.shape[-1], device=priority.device)
+    tie = torch.where(top == float("inf"), -slots, column[..., : priority.shape[-1]])
+    return torch.where(priority == top, tie, torch.iinfo(tie.dtype).min).argmax(-1)
+
+
+class ScoredLayer(BoundedLayer):
+    """One decoder layer of a scored group: keys and values [B, H, slots, d] plus, per slot, `column` (-1: empty),
+    `real` and `pin`; `free` [B, H] is the slot each head's next decode step writes."""
+
+    def __init__(self, group):
+        super().__init__(group)
+        self.column = self.real = self.pin = self.free = None
+        #: a query-scored policy's eviction, waiting for the attention call's scores (`settle_scores`)
+        self.pending: tuple[ScoredPlan, dict] | None = None
+
+    @property
+    def needs_query(self) -> bool:
+        """The policy scores keys by the queries' attention: the attention call hands the scores over
+        (`hf.attention_scores`), after the keys were written."""
+        return isinstance(self.group.policy.spec, QUERY_SCORED)
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        batch, heads, _, key_dim = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(batch, heads, 0, key_dim)
+        self.values = value_states.new_zeros(batch, heads, 0, value_states.shape[-1])
+        for name, fill in SLOT_TENSORS.items():
+            setattr(self, name, torch.full((batch, heads, 0), fill, device=self.device))
+        self.free = torch.zeros(batch, heads, dtype=torch.long, device=self.device)
+        self.is_initialized = True
+
+    def reserve(self, capacity: int) -> None:
+        held = self.keys.shape[-2]
+        if held >= capacity:
+            return
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            grown = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
+        for name, fill in SLOT_TENSORS.items():
+            old = getattr(self, name)
+            grown = torch.full((*old.shape[:2], capacity), fill, dtype=old.dtype, device=old.device)
+            grown[:, :, :held] = old
+            setattr(self, name, grown)
+
+    def _write(self, plan: ScoredPlan, key_states: torch.Tensor, value_states: torch.Tensor):
+        if self.pending is not None:
+            raise RuntimeError(
+                f"cache_policy={self.group.policy.spec.name!r} never received the attention scores of the last "
+                "forward: its attention did not run through cachelimit's scoring (see cachelimit.hf.attention_scores)."
+            )
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            if plan.decode or not plan.evict_after:
+                self.reserve(plan.capacity)
+        plan = plan.on(self.device)
+        if plan.decode:
+            return self._decode(plan, key_states, value_states)
+        return self._forward(plan, key_states, value_states)
+
+    def _decode(self, plan: ScoredPlan, key_states, value_states):
+        heads = self.keys.shape[1]
+        new = {
+            "keys": key_states,
+            "values": value_states,
+            "column": plan.columns.expand(plan.new_real.shape[0], heads, 1),
+            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
+            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
+        }
+        if plan.evicting:
+            slot = self.free[:, :, None]
+            for name, states in new.items():
+                target = getattr(self, name)
+                index = slot if target.dim() == 3 else slot[..., None].expand(-1, -1, -1, target.shape[-1])
+                target.scatter_(2, index, states.to(target.dtype))
+        else:
+            for name, states in new.items():
+                getattr(self, name).index_copy_(2, plan.write_index, states.to(getattr(self, name).dtype))
+        keys, values = self.keys, self.values
+        if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
+            keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
+        if plan.evict_after:
+            held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "pin": self.pin}
+            if self.needs_query:
+                self.pending = (plan, held)
+            else:
+                self.free.copy_(evicted_slot(self._priority(plan, held), held["column"]))
+        return keys, values
+
+    def settle_scores(self, scores: torch.Tensor) -> None:
+        """Carry out the pending eviction with the attention scores of this forward's last queries ([B, H, K] over
+        the keys the layer returned; higher is kept)."""
+        plan, held = self.pending
+        self.pending = None
+        scores = pooled(scores, held["column"][..., : scores.shape[-1]], getattr(self.group.policy.spec, "kernel", 1))
+        if plan.decode:
+            self.free.copy_(evicted_slot(self._priority(plan, held, scores), held["column"]))
+        else:
+            self._compact(plan, held, scores)
+
+    def _priority(self, plan: ScoredPlan, held: dict, attention=None) -> torch.Tensor:
+        """[B, H, K] eviction priority: the policy's score (KeyDiff's, or minus the attention a query-scored policy
+        measured), -inf for what is never evicted, +inf for pads."""
+        keys, column = held["keys"], held["column"]
+        width = keys.shape[-2]
+        every_real = plan.reads_every_key  # a steady step: every slot holds a real token
+        real, pin = held["real"][..., :width], held["pin"][..., :width]
+        if attention is None:
+            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real)
+        else:
+            scores = -attention
+        scores = scores.masked_fill(pin >= plan.protect_from, float("-inf"))
+        return scores if every_real else scores.masked_fill(~real & (column >= 0), float("inf"))
+
+    def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
+        """The held slots a multi-token forward reads as its past: all but each head's free slot."""
+        tensors = {"keys": self.keys, "values": self.values, **{name: getattr(self, name) for name in SLOT_TENSORS}}
+        if not plan.evicting:
+            return {name: tensor[:, :, : plan.kept] for name, tensor in tensors.items()}
+        order = torch.arange(plan.kept, device=self.device)
+        index = order + (order >= self.free[:, :, None]).long()  # [B, H, kept]
+        return {
+            name: tensor.gather(
+                2, index if tensor.dim() == 3 else index[..., None].expand(-1, -1, -1, tensor.shape[-1])
+            )
+            for name, tensor in tensors.items()
+        }
+
+    def _forward(self, plan: ScoredPlan, key_states, value_states):
+        heads = key_states.shape[1]
+        batch, num_new = plan.new_real.shape
+        past = self._past(plan)
+        new = {
+            "keys": key_states,
+            "values": value_states,
+            "column": plan.columns.expand(batch, heads, -1),
+            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
+            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
+        }
+        every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
+        keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
+        if plan.evict_after:
+            if self.needs_query:
+                self.pending = (plan, every)
+            else:
+                self._compact(plan, every)
+        else:
+            self.reserve(plan.capacity)
+            written = plan.kept + num_new
+            for name, tensor in every.items():
+                getattr(self, name)[:, :, :written] = tensor
+        return keys, values
+
+    def _compact(self, plan: ScoredPlan, every: dict, attention=None) -> None:
+        """Keep the `L` candidates of lowest eviction priority (a stable sort: the earlier first among equals), in
+        their old order; slot `L` is the free one."""
+        limit = self.group.policy.limit
+        by_column = every["column"].argsort(-1)  # equal priorities: the older kept (a stable sort from column order)
+        priority = self._priority(plan, every, attention).gather(-1, by_column)
+        keep = by_column.gather(-1, priority.sort(dim=-1, stable=True).indices[..., :limit]).sort(-1).values
+        for name, tensor in every.items():
+            index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
+            kept = tensor.gather(2, index)
+            spare = torch.full_like(kept[:, :, :1], SLOT_TENSORS.get(name, 0))
+            setattr(self, name, torch.cat([kept, spare], dim=2))
+        self.free = torch.full_like(self.free, limit)
+
+    def kept_columns(self) -> torch.Tensor:
+        """[B, H, kept] the columns each head keeps for the next token (-1: a slot holding nothing or a pad), in slot
+        order: what this layer's next query may read besides itself."""
+        rows = self.group.rows
+        column = torch.where(self.real, self.column, -1)
+        if rows is None or rows.cursor <= self.group.policy.limit:
+            return column[:, :, : (0 if rows is None else rows.cursor)]
+        slots = torch.arange(column.shape[-1], device=column.device)
+        return column.masked_fill(slots == self.free[:, :, None], -1)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "free", *SLOT_TENSORS):
+                tensor = getattr(self, name)
+                setattr(self, name, tensor.index_select(0, indices.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            for name in ("keys", "values", "free", *SLOT_TENSORS):
+                setattr(self, name, getattr(self, name).repeat_interleave(repeats, dim=0))
+
+    def reset(self) -> None:
+        super().reset()
+        self.column = self.real = self.pin = self.free = None
+        self.pending = None
