@@ -93,7 +93,7 @@ BAD_FLAGS = [
 class TestShortHelp(unittest.TestCase):
     def test_generate_help_is_short_and_lists_no_families(self):
         text = run_in_process(["generate", "--help"]).stdout
-        self.assertLessEqual(len(text.splitlines()), 40, text)
+        self.assertLessEqual(len(text.splitlines()), 45, text)  # 55 before the families moved out (issue 26)
         listed = [name for name in supported_families() if re.search(rf"\b{re.escape(name)}\b", text)]
         self.assertLessEqual(len(listed), 2, listed)  # an example may name one (gpt2); the list is `families`
 

@@ -106,18 +106,10 @@ def add_window_arguments(parser: argparse.ArgumentParser, default_limit: int | N
         help=f"of those, pin the first S tokens (attention sinks, StreamingLLM); needs S < L{sinks}",
     )
     parser.add_argument(
-        "--policy",
-        choices=list(POLICIES),
-        default=None,
-        help="what else the cache keeps: the most recent positions (window, the default) or the best-scored ones "
-        "(keydiff, tova, snapkv: see README 'Choosing a policy')",
+        "--policy", choices=list(POLICIES), metavar="P", help="what is kept: window (default), keydiff, tova, snapkv"
     )
     parser.add_argument(
-        "--protected",
-        type=int_in_range(0, MAX_CACHE_LIMIT - 1),
-        default=None,
-        metavar="R",
-        help="with a scored --policy: never evict the R most recent positions (default: min(32, (L - S) // 2))",
+        "--protected", type=int_in_range(0, MAX_CACHE_LIMIT - 1), metavar="R", help="scored P: keep the R newest"
     )
     parser.set_defaults(default_sinks=None if default_limit is None else DEMO_SINKS)
 
