@@ -15,12 +15,14 @@ default).
 
 from __future__ import annotations
 
+import collections
 import statistics
 import unittest
 
 import pytest
 import torch
 from parameterized import parameterized
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import CompileConfig, StoppingCriteria, StoppingCriteriaList
 
@@ -204,6 +206,18 @@ class EagerPlanningTest(unittest.TestCase):
             generate(model, ids, mask, cache, 40)
             per_step[sinks] = statistics.median(counts[-20:])  # the window is full from step 4
         self.assertLessEqual(per_step[4] - per_step[0], 4, per_step)
+
+    def test_only_the_forward_is_compiled(self):
+        """The hook a bounded run installs on the model (`hf.attention_maps`) runs outside the graph: compiled as a
+        frame of its own, its guards were checked at every decode step. One compiled region per decode step."""
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([9, 9], seed=4)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            _, compiles = compiled_run(model, ids, mask, BoundedCache.from_model(model, LIMIT, 2, static=True), 20)
+        regions = collections.Counter(e.name for e in prof.events() if e.name.startswith("Torch-Compiled Region"))
+        self.assertEqual(compiles, [1])
+        self.assertEqual(len(regions), 1, regions)  # the forward's frame only
+        self.assertEqual(sum(regions.values()), 19, regions)  # once per decode step after the one that compiles
 
 
 class InductorTest(unittest.TestCase):
