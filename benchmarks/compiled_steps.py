@@ -14,9 +14,11 @@ key slots, `L + 1` (L=64):
 Only steady decode steps are timed: a stopping criterion (called by `generate` after every forward, outside the
 compiled graph) reads `time.process_time()` and `time.perf_counter()` after `--skip` decode steps of each call and
 after its last, and the variant returns that section's `Timing` to `cachelimit.bench.alternate.measure`, which
-alternates the variants in this one process (rotating order, one untimed warm-up round where the compiles happen,
-each cache built untimed) and pairs each with the baseline of the same repeat: CPU ratio median [min, max].
-`--profile` adds, per variant, the aten ops and the compiled graphs' calls of one steady step (torch.profiler).
+alternates the variants in this one process (rotating order, one untimed warm-up round where the compiles happen;
+caches, prefills and warm-up steps outside the timed sections) and pairs each with the baseline of the same repeat:
+CPU ratio median [min, max], the middle half of the ratios and how many repeats are below 1.
+`--profile` prints instead, per variant, where a steady step's work is (torch.profiler over `--steps` steps): the aten
+ops run outside the compiled graph per step and the compiled regions entered per step.
 """
 
 from __future__ import annotations
@@ -132,13 +134,47 @@ def run_all(steps: int, repeats: int, skip: int):
     return measure(calls, baseline=STATIC, repeats=repeats, warmup=1)
 
 
+def profile_steps(steps: int, skip: int) -> None:
+    """Per variant: aten ops outside the compiled graph per steady step (top-level profiler events), and compiled
+    regions entered per step (one: the forward; a second is a frame dynamo compiled around it)."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import cachelimit
+    from cachelimit.cli.tiny_model import build_tiny_model
+
+    torch.set_num_threads(1)
+    model, _ = build_tiny_model()
+    cachelimit.patch("llama")
+    model.generation_config.suppress_tokens = None
+    for name, (prompt, per_call, make_cache) in variants(model).items():
+        run_steps(model, prompt, per_call, make_cache, skip + 4, skip)  # compiles here
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run_steps(model, prompt, per_call, make_cache, steps, skip)
+        top = [e.name for e in prof.events() if e.cpu_parent is None]
+        regions = collections.Counter(n for n in top if n.startswith("Torch-Compiled Region"))
+        forwards = max(regions.values())
+        eager = collections.Counter(n for n in top if n.startswith("aten::"))
+        print(
+            f"{name}: {sum(eager.values()) / forwards:.1f} eager aten ops and {sum(regions.values()) / forwards:.1f} "
+            f"compiled regions per forward ({forwards} forwards, {dict(regions)})"
+        )
+        print("   " + ", ".join(f"{op} {count / forwards:.1f}" for op, count in eager.most_common(12)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs"), help="folder for compiled_steps.json/.md")
     parser.add_argument("--steps", type=int, default=400, help="timed steady decode steps per variant and repeat")
     parser.add_argument("--skip", type=int, default=8, help="decode steps of each call left untimed (warm-up)")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--profile", action="store_true", help="print where a steady step's work is, time nothing")
     args = parser.parse_args()
+    if args.profile:
+        profile_steps(args.steps, args.skip)
+        return
     import datetime
 
     import torch
