@@ -107,6 +107,27 @@ class PairingTest(unittest.TestCase):
         self.assertEqual(data["summary"]["half"]["ratio_median"], 0.5)
         self.assertEqual(data["baseline"], "base")
 
+    def test_a_variant_returning_a_timing_records_its_own_section_only(self):
+        # a call that spends 5 s of set-up (a prefill, warm-up steps) then returns the clock of its steady section
+        def steady(cost: float):
+            def call():
+                self.clock.spend(5.0, 5.0)
+                cpu, wall = self.clock.process_time(), self.clock.perf_counter()
+                self.clock.spend(cost, 2 * cost)
+                return Timing(self.clock.process_time() - cpu, self.clock.perf_counter() - wall)
+
+            return call
+
+        m = measure(
+            {"base": steady(1.0), "double": steady(2.0), "whole": lambda: self.clock.spend(3.0, 3.0)},
+            baseline="base",
+            repeats=3,
+        )
+        self.assertEqual([t.cpu_s for t in m.variants["base"]], [1.0] * 3)  # the 5 s around it left out
+        self.assertEqual(m.ratios("double"), [2.0] * 3)
+        self.assertEqual(m.wall_ratios("double"), [2.0] * 3)
+        self.assertEqual(m.ratios("whole"), [3.0] * 3)  # a call returning anything else is timed whole
+
     def test_a_baseline_without_cpu_time_gives_nan_not_an_error(self):
         m = Measurement({"a": [Timing(0.0, 1.0)], "b": [Timing(1.0, 1.0)]}, "a", (0, 0, 0), (0, 0, 0), 1, 2)
         self.assertNotEqual(m.ratios("b")[0], m.ratios("b")[0])

@@ -15,11 +15,15 @@ default).
 
 from __future__ import annotations
 
+import collections
+import statistics
 import unittest
 
 import pytest
 import torch
 from parameterized import parameterized
+from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import CompileConfig, StoppingCriteria, StoppingCriteriaList
 
 from cachelimit import BoundedCache
@@ -187,6 +191,53 @@ class CompiledDecodeTest(unittest.TestCase):
                     generate(model, longer, torch.ones_like(longer), cache, 2)
         finally:
             handle.remove()
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+class EagerPlanningTest(unittest.TestCase):
+    def test_sinks_add_no_eager_rotation_before_a_compileable_decode_step(self):
+        """The sinks of a cache that may be compiled are rotated in the forward (inside the graph when it is compiled:
+        fused there; the test above shows the result equal to eager), not before it, where each step paid some 50
+        aten ops on 4 layers. Counted over `begin_step`, the eager planning around every forward: a full-window
+        decode step with 4 RoPE sinks dispatches at most 4 ops more than one without sinks (the sink shift)."""
+        model = build_tiny_model("llama", layers=4)
+        ids, mask = left_padded_batch([9, 9], seed=3)
+        per_step = {}
+        for sinks in (0, 4):
+            cache, counts = BoundedCache.from_model(model, LIMIT, sinks, static=True), []
+            begin_step = cache.begin_step
+
+            def counted(new_real, begin_step=begin_step, counts=counts):
+                with OpCounter() as counter:
+                    plan = begin_step(new_real)
+                counts.append(counter.ops)
+                return plan
+
+            cache.begin_step = counted
+            generate(model, ids, mask, cache, 40)
+            per_step[sinks] = statistics.median(counts[-20:])  # the window is full from step 4
+        self.assertLessEqual(per_step[4] - per_step[0], 4, per_step)
+
+    def test_only_the_forward_is_compiled(self):
+        """The hook a bounded run installs on the model (`hf.attention_maps`) runs outside the graph: compiled as a
+        frame of its own, its guards were checked at every decode step. One compiled region per decode step."""
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([9, 9], seed=4)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            _, compiles = compiled_run(model, ids, mask, BoundedCache.from_model(model, LIMIT, 2, static=True), 20)
+        regions = collections.Counter(e.name for e in prof.events() if e.name.startswith("Torch-Compiled Region"))
+        self.assertEqual(compiles, [1])
+        self.assertEqual(len(regions), 1, regions)  # the forward's frame only
+        self.assertEqual(sum(regions.values()), 19, regions)  # once per decode step after the one that compiles
 
 
 class InductorTest(unittest.TestCase):

@@ -11,6 +11,10 @@ index r mod n and wrapping (names [r:] + names[:r]), so over n repeats each vari
 none always runs first or last (`rotate=False`: always the order given). `setup(name)`, untimed, runs before every
 call of that variant, warm-up included (e.g. building a fresh cache); what it returns is ignored.
 
+Steady state: a variant that returns a `Timing` has timed its own section of the call (e.g. the decode steps after
+its warm-up steps, read by a clock inside the call), and that section is what is recorded; any other return value is
+ignored and the whole call is timed.
+
     m = measure({"eager": run_eager, "ring": run_ring}, baseline="eager", repeats=5)
     print(m.table(per="generate call"))      # median [min, max] of the per-repeat CPU ratios, wall beside
 """
@@ -150,8 +154,9 @@ def _call(name: str, fn: Callable[[], object], setup: Callable[[str], object] | 
     if setup is not None:
         setup(name)
     cpu, wall = time.process_time(), time.perf_counter()
-    fn()
-    return Timing(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
+    own = fn()
+    whole = Timing(cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
+    return own if isinstance(own, Timing) else whole
 
 
 def _paired(measurement: Measurement, name: str, key: str) -> list[float]:

@@ -9,10 +9,11 @@ per group. Which layers, groups, windows and rotaries a model has is read by the
 *fits* the cache to a model; a cache built by hand (`BoundedCache(limit, sinks)`) is fitted by the first `generate`
 that uses it. Placement and growth in the ring: `core.ring`.
 
-Under `torch.compile` (`is_compileable`: transformers then compiles the decoding forward), a step's plan, its mask and
-the rotation of the sink keys are all made before the forward, in eager code; the compiled forward only writes each
-layer's new key and value at a tensor index and returns buffers whose shapes stay fixed while the ring does not grow
-(`StepPlan.returned`). What the eager layers check inside the forward (a forward announced by `begin_step`, each
+Under `torch.compile` (`is_compileable`: transformers then compiles the decoding forward), a step's plan and its mask
+are made before the forward, in eager code; the compiled forward writes each layer's new key and value at a tensor
+index, rotates its RoPE sinks to the step's positions from the plan's sink shift (fused into the graph: done before
+the forward, the rotation was some 50 eager ops a step), and returns buffers whose shapes stay fixed while the ring
+does not grow (`StepPlan.returned`). What the eager layers check inside the forward (a forward announced by `begin_step`, each
 layer's progress) is kept outside the graph: a compiled layer records the plan it carried out, and `settle` counts
 it, so an interrupted forward is refused by a continuation exactly as in eager mode.
 """

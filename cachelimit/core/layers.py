@@ -105,9 +105,8 @@ class BoundedLayer(CacheLayerMixin):
         if plan.decode:
             self.keys.index_copy_(2, plan.write_index, key_states)
             self.values.index_copy_(2, plan.write_index, value_states)
-            if plan.sink_shift is not None and self.rotary is not None and not plan.sinks_rotated:
-                moved = getattr(self, self.rotated)
-                moved[:, :, :sinks] = self.rotary.apply(self.sink_keys, *plan.rotations[self.rotary_kind])
+            if plan.sink_shift is not None and self.rotary is not None and not self.group.plan.sinks_rotated:
+                self._rotate_sinks(plan)
             keys, values = self.keys, self.values
             if keys.shape[-2] != sinks + plan.returned:  # only the slots written so far (a growing ring)
                 keys, values = keys[:, :, : sinks + plan.returned], values[:, :, : sinks + plan.returned]
@@ -120,6 +119,19 @@ class BoundedLayer(CacheLayerMixin):
             self.keys.index_copy_(2, target, key_states.index_select(2, plan.ring_source))
             self.values.index_copy_(2, target, value_states.index_select(2, plan.ring_source))
         return keys, values
+
+    def _rotate_sinks(self, plan: StepPlan) -> None:
+        """Move this layer's sinks to a decode step's positions when the cache has not (`LayerGroup.begin_step`):
+        inside a compiled forward, from its own cos/sin (a few fused kernels in the graph, where an eager rotation
+        before the forward costs some 50 ops a step); in an eager one, every layer of the group at once, or, while
+        a layer is not initialized, each its own."""
+        if torch.compiler.is_compiling():
+            cos, sin = self.rotary.cos_sin(plan.sink_shift)
+        elif self.group.rotate_sinks(self.group.plan):
+            return
+        else:
+            cos, sin = self.group.rotation(plan, self.rotary_kind)
+        getattr(self, self.rotated)[:, :, : self.num_sinks] = self.rotary.apply(self.sink_keys, cos, sin)
 
     def _fill_sinks(self, plan: StepPlan, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Copy each row's first real tokens into its sink slots (per row: left pads differ by row)."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 #: the plan fields that hold tensors a layer reads (moved to each layer's device by `StepPlan.on`)
-LAYER_TENSORS = ("write_index", "past_slots", "ring_source", "ring_target", "sink_fill", "sink_source")
+LAYER_TENSORS = ("write_index", "past_slots", "ring_source", "ring_target", "sink_fill", "sink_source", "sink_shift")
 
 
 @dataclass(eq=False)
@@ -49,7 +49,8 @@ class StepPlan:
     sink_copies: int = 1  # multi-token: copies of the sinks in front of the kept past
     #: [B, copies * S] how many positions each returned sink copy is moved (RoPE sinks); None: sinks keep theirs
     sink_shift: torch.Tensor | None = None
-    #: rotary kind -> (cos, sin) of `sink_shift`, filled by the cache for each rotary of the group's layers
+    #: rotary kind -> (cos, sin) of `sink_shift`, filled by the cache for each rotary of the group's layers (a decode
+    #: step of a cache that may be compiled: by whoever rotates, `LayerGroup.rotation`)
     rotations: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     #: a decode step whose sink slots the cache has already rotated for every layer (`LayerGroup.rotate_sinks`)
     sinks_rotated: bool = False

@@ -59,10 +59,15 @@ class RotaryShift:
         probe = torch.empty(0, dtype=torch.float32, device=positions.device)
         return self.cos_sin_at(probe, positions)
 
+    def prime(self, device: torch.device) -> None:
+        """Read the attention-scaling factor now, in eager code, if it is not known yet: a float read from a tensor
+        inside a compiled forward would break its graph (`cos_sin` may then run inside one)."""
+        if self._scaling is None:
+            self._scaling = float(self._raw(torch.zeros(1, 1, dtype=torch.long, device=device))[0][0, 0, 0])
+
     def cos_sin(self, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin for a [batch, n] tensor of position shifts."""
-        if self._scaling is None:
-            self._scaling = float(self._raw(torch.zeros(1, 1, dtype=torch.long, device=shift.device))[0][0, 0, 0])
+        self.prime(shift.device)
         cos, sin = self._raw(shift)
         return (cos / self._scaling).to(self.dtype), (sin / self._scaling).to(self.dtype)
 

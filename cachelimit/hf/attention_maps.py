@@ -57,7 +57,9 @@ def attentions_in_sequence_order(model: torch.nn.Module, cache: BoundedCache) ->
         )
         return output
 
-    handle = model.register_forward_hook(reorder, with_kwargs=True)
+    # Never traced: under a compiled decoding forward dynamo would compile the hook as a frame of its own, whose guards
+    # are checked at every step (a step that returns no attentions has nothing for it to do).
+    handle = model.register_forward_hook(torch.compiler.disable(reorder), with_kwargs=True)
     try:
         yield
     finally:

@@ -8,6 +8,23 @@ what can be reused across the steps of a run). Eager and SDPA masks are transfor
 `masking_utils` functions from the visibility; a decode step that reads every slot reuses one converted all-true row.
 Flex attention gets a `BlockMask` whose `mask_mod` reads the visibility (`hf.flex_mask`). Flash attention has no
 builder (refused): see README "Flash attention and GPUs" for what it would need.
+
+Why a decode step that reads every slot still passes a mask (issue 28), for any path that would drop it: on the CPU
+a mask-free SDPA decode step is slower in bf16, and not because of the kernel or the mask. Every case takes the same
+fused kernel, `aten::_scaled_dot_product_flash_attention_for_cpu` (a boolean mask is first turned into an additive
+one; no case falls back to `_scaled_dot_product_attention_math`). What changes is the layout transformers 5.24.0's
+`sdpa_attention_forward` picks for grouped-query attention: with a mask, eager, it folds the query heads sharing a
+key/value head into queries of that head (`pack_gqa`: SmolLM2's 9 heads x 1 query become 3 heads x 3 queries); with
+no mask it passes `enable_gqa=True` (9 heads x 1 query over 3 key/value heads); under `torch.compile` with a mask it
+repeats the keys (`repeat_kv`, 9 heads). Measured with plain SDPA on those shapes (`benchmarks/sdpa_mask_kernels.py`,
+`docs/sdpa_mask_kernels.md`; 2-core AMD EPYC, load ~20, one thread, torch 2.13.0, CPU-time ratios to the masked
+packed call, median [min, max] of 7): in bf16 the mask-free `enable_gqa` call costs 6.38 [4.87, 8.61] x the masked
+packed one at 2k keys (2.1 ms vs 0.32 ms) and 4.87 [4.57, 5.86] x at 8k, while the packed call without a mask costs
+0.94 [0.84, 1.14] and 1.07 [0.85, 1.18] x (the mask itself is free), and `repeat_kv` with or without a mask
+5.1-7.2 x; in fp32 the gap is small (`enable_gqa` 1.04 [0.76, 1.16] and 1.24 [1.03, 1.70] x; `repeat_kv` 1.6-2.4
+x). In bf16 the kernel's cost is mostly per head and key, whatever the queries: 9 heads of one query over 2k keys
+take 2.1 ms, 3 heads of three 0.32 ms (fp32: 0.24 and 0.23 ms). So dropping the all-true mask here would move a bf16 step from the packed layout to
+`enable_gqa` (the 1.55 x step cost seen at 2k); a mask-free path is only a gain if it also packs the query heads.
 """
 
 from __future__ import annotations
