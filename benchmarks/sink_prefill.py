@@ -47,7 +47,7 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure(lengths: list[int], repeats: int, chunk: int, threads: int) -> dict:
+def measure(lengths: list[int], repeats: int, chunk: int, threads: int, out: Path) -> dict:
     import torch
 
     import cachelimit
@@ -82,8 +82,15 @@ def measure(lengths: list[int], repeats: int, chunk: int, threads: int) -> dict:
             "cpu_s_without_sinks": spread([run["cpu_s"][0] for run in runs]),
             "cpu_s_with_sinks": spread([run["cpu_s"][1] for run in runs]),
         }
-    result["load_after"] = os.getloadavg()
+        result["load_after"] = os.getloadavg()
+        write(result, out)  # after each length: a long run interrupted keeps what it measured
     return result
+
+
+def write(result: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sink_prefill.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / "sink_prefill.md").write_text(table(result))
 
 
 def table(result: dict) -> str:
@@ -115,11 +122,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "sink_prefill")
     args = parser.parse_args()
-    result = measure(args.lengths, args.repeats, args.chunk, args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sink_prefill.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "sink_prefill.md").write_text(table(result))
-    print(table(result))
+    print(table(measure(args.lengths, args.repeats, args.chunk, args.threads, args.out)))
 
 
 if __name__ == "__main__":
