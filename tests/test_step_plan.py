@@ -128,14 +128,22 @@ class PlanStepTest(unittest.TestCase):
 
     def check_sink_shifts(self, plan, real, start, width, limit, sinks, windowed):
         """StreamingLLM: sink j, seen from a query at position p, sits at j + max(0, p - L); a full-attention
-        forward uses the first new token's position (the row's real tokens seen before it) for all its queries."""
+        forward uses the first new token's position (the row's real tokens seen before it) for all its queries. A
+        windowed multi-token forward copies the sinks for each query that reads a sink outside its window in some
+        row (the earliest sink is the earliest first real column of any row), at least one: the last queries."""
         seen_before = real[:, :start].sum(1)
-        if windowed:
-            per_query = plan.positions if width > 1 else plan.positions[:, :1]
+        if windowed and width > 1:
+            first_real = [row.index(True) for row in real[:, : start + width].tolist() if True in row]
+            readers = [q for q in range(width) if first_real and start + q - (limit - sinks) > min(first_real)]
+            copies = max(1, len(readers))
+            self.assertEqual(readers, list(range(width - len(readers), width)))  # the last queries
+            per_query = plan.positions[:, width - copies :]
             expected = (per_query - limit).clamp(min=0).repeat_interleave(sinks, dim=1)
         else:
-            expected = (seen_before - limit).clamp(min=0)[:, None].expand(-1, sinks)
-        self.assertEqual(plan.sink_copies, width if windowed and width > 1 else 1)
+            copies = 1
+            first = plan.positions[:, :1] if windowed else seen_before[:, None]
+            expected = (first - limit).clamp(min=0).expand(-1, sinks)
+        self.assertEqual(plan.sink_copies, copies)
         self.assertTrue(torch.equal(plan.sink_shift, expected))
 
 

@@ -8,7 +8,7 @@ The keys a layer returns, in order:
 - a decode step (one new token): the sink slots, then the first `returned` ring slots (the slots written so far;
   with `fixed_shapes`, every allocated slot, the unwritten ones masked), the new token written into `ring_slot`;
 - a multi-token forward (a prefill, a prefill chunk, new text after a returned cache): `sink_copies` copies of the
-  sinks, then the kept past (`past_slots`, oldest first), then the new tokens; or, when `model_mask` is set, the new
+  sinks (with `per_query_sinks`, one per query among the last `sink_copies` queries), then the kept past (`past_slots`, oldest first), then the new tokens; or, when `model_mask` is set, the new
   tokens alone.
 
 The host-side fields (ints, bools) are what the eager code and the tests read; a layer writing under
@@ -47,6 +47,8 @@ class StepPlan:
     sink_fill: torch.Tensor | None = None  # [B, S] sink slots that one of the new tokens becomes
     sink_source: torch.Tensor | None = None  # [B, S] index (among the new tokens) of that token
     sink_copies: int = 1  # multi-token: copies of the sinks in front of the kept past
+    #: multi-token with RoPE sinks, windowed: the copies are the last `sink_copies` queries' own, one each, in order
+    per_query_sinks: bool = False
     #: [B, copies * S] how many positions each returned sink copy is moved (RoPE sinks); None: sinks keep theirs
     sink_shift: torch.Tensor | None = None
     #: rotary kind -> (cos, sin) of `sink_shift`, filled by the cache for each rotary of the group's layers (a decode

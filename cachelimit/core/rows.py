@@ -23,6 +23,10 @@ class RowState:
     sinks_complete: bool = False  # every row has all S sinks: no more sink writes to plan
     last_pad_column: int = -1  # newest column that is a pad in some row (-1: none)
     last_sink_column: int = -1  # newest sink column of any row, once the sinks are complete
+    #: earliest sink column of any row, once some row has one (-1 before): a query whose window starts at or before
+    #: it reads no sink outside its window (`window_plan.sink_readers`); over all rows, so it stays valid (a bound)
+    #: for any selection of them
+    first_sink_column: int = -1
     #: [B] column of each row's first real token, -1 while unseen: chunked attention counts its chunks from there
     #: (transformers' chunked masks discount each row's left padding), so a chunked group needs it
     first_real_column: torch.Tensor | None = None

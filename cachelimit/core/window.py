@@ -19,6 +19,11 @@ from .ring import slot_columns, slot_of
 from .rows import RowState
 from .window_plan import general_step, real_decode
 
+#: the smallest chunk `WindowPolicy.sink_chunk` reads a chunked prefill with RoPE sinks in: below it, the cost of a
+#: forward (planning, its mask, every layer's call) outweighs the sink copies it saves (measured on SmolLM2-135M:
+#: `benchmarks/sink_prefill.py`)
+MIN_SINK_CHUNK = 64
+
 
 @dataclass(frozen=True)
 class WindowPolicy:
@@ -51,6 +56,20 @@ class WindowPolicy:
     def slots(self) -> int:
         """The most slots a layer ever holds (sinks + full ring); a cap, never allocated up front."""
         return self.num_sinks + self.ring_size
+
+    def sink_chunk(self, chunk: int) -> int:
+        """The chunk size a chunked prefill of `chunk` tokens is read in when this policy's sinks are RoPE sinks:
+        `chunk`, or less where its per-query sink copies (`window_plan.general_step`: S keys per query for each of
+        the n queries of a chunk, n * S keys more for each to read) would cost more than its window: at most
+        max(`MIN_SINK_CHUNK`, (L - S) / (2 S)) tokens, whose copies add at most half a window to the keys each
+        query reads. A windowed prefill's result does not depend on its chunk size (every query reads its own
+        window and sinks, whatever chunk it is in), and a smaller chunk honours the size asked for, a bound on a
+        forward's memory. Measured on SmolLM2-135M (L = 1024, S = 4, chunks of 1024: b = 127), sub-chunks of 255
+        cost more (1.31x the prefill without sinks at 4k tokens, against 1.19x), and so did 64 at 2k (more forwards
+        for the same work); see README "Chunked prefill with sinks"."""
+        if not self.num_sinks or not self.window_prefill:
+            return chunk
+        return min(chunk, max(MIN_SINK_CHUNK, self.recent // (2 * self.num_sinks)))
 
     def with_window_prefill(self, window_prefill: bool) -> WindowPolicy:
         return dataclasses.replace(self, window_prefill=window_prefill)
@@ -100,12 +119,9 @@ class WindowPolicy:
             oldest = plan.start - past
         order = window.expand(queries, -1)
         if sinks and oldest > 0:
-            own_copy = plan.sink_copies == queries and queries > 1  # per-query sink copies (RoPE, windowed chunk)
-            copy = (
-                torch.arange(queries, device=device)
-                if own_copy
-                else torch.zeros(queries, dtype=torch.long, device=device)
-            )
+            copy = torch.zeros(queries, dtype=torch.long, device=device)
+            if plan.per_query_sinks:  # the last `sink_copies` queries read their own; the others read no sink
+                copy = (torch.arange(queries, device=device) - (queries - plan.sink_copies)).clamp(min=0)
             order = torch.cat([copy[:, None] * sinks + torch.arange(sinks, device=device), order], dim=1)
         return order
 

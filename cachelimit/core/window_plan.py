@@ -155,28 +155,50 @@ def general_step(
     if sinks:
         # Per-query sink copies: with RoPE sinks a windowed multi-token forward (a prefill chunk) has queries at
         # different positions, and each sees sink j at its own StreamingLLM position j + max(0, p - L), so each query
-        # gets its own copy of the S sinks, rotated for it, and reads only that copy. One full-attention forward reads
-        # one copy, placed for its first query (StreamingLLM reads a prompt at once from the cache it finds).
-        per_query = rotates_sinks and windowed and not decode
-        plan.sink_copies = num_new if per_query else 1
+        # that reads a sink gets its own copy of the S sinks, rotated for it, and reads only that copy: the last
+        # `sink_copies` queries, those whose window has left a sink behind (the earlier ones read none: no copy
+        # for them, so a chunk still inside the limit costs what it costs without sinks). One full-attention
+        # forward reads one copy, placed for its first query (StreamingLLM reads a prompt at once from the cache
+        # it finds). The copies grow with the chunk (n * S keys for n queries), which is why a chunked prefill with
+        # RoPE sinks is read in smaller chunks (`WindowPolicy.sink_chunk`).
+        plan.per_query_sinks = rotates_sinks and windowed and not decode
+        plan.sink_copies = sink_readers(rows, sink_column, start, num_new, recent) if plan.per_query_sinks else 1
+        first_copied = num_new - plan.sink_copies  # the query the first copy is for
         copy_column = sink_column.repeat(1, plan.sink_copies)[:, None, :]  # [B, 1, copies * S], query-major
         sink_allowed = (copy_column >= 0) & (copy_column < lowest[None, :, None])
         if query_chunk is not None:  # a sink is a token of the first chunk: only that chunk sees it
             first = first_real_columns(rows, new_real, start)[:, None, None]
             sink_chunk = torch.div(copy_column - first, policy.chunk, rounding_mode="floor")
             sink_allowed &= sink_chunk == query_chunk[:, :, None]
-        if per_query:
-            owner = torch.arange(num_new, device=device).repeat_interleave(sinks)
+        if plan.per_query_sinks:
+            owner = torch.arange(first_copied, num_new, device=device).repeat_interleave(sinks)
             sink_allowed &= owner[None, None, :] == torch.arange(num_new, device=device)[None, :, None]
         allowed = torch.cat([sink_allowed, allowed], dim=-1)
         if rotates_sinks:
             # StreamingLLM places sink j at cache position j; keys keep their absolute positions, so a sink seen from
             # a query at position p must sit at j + max(0, p - L) for the distances to match.
-            first = plan.positions if windowed else rows.num_real[:, None]
+            first = plan.positions[:, first_copied:] if windowed else rows.num_real[:, None]
             shift = (first - policy.limit).clamp(min=0)
-            plan.sink_shift = shift.repeat_interleave(sinks, dim=1) if per_query else shift.expand(batch, sinks)
+            plan.sink_shift = (
+                shift.repeat_interleave(sinks, dim=1) if plan.per_query_sinks else shift.expand(batch, sinks)
+            )
     plan.allowed = allowed
     return _advance(rows, new_real, all_real, sink_column, ring_real, plan)
+
+
+def sink_readers(rows: RowState, sink_column: torch.Tensor, start: int, num_new: int, recent: int) -> int:
+    """How many queries of a windowed forward over `num_new` new columns from `start` get their own sink copies: the
+    last ones, from the first whose window (its `recent` columns) has left the earliest sink of any row behind; at
+    least one (`key_order` points the other queries' sink columns at a copy they do not read). The earliest sink
+    column of all rows is read back once (`RowState.first_sink_column`: no later row's sinks come earlier)."""
+    if rows.first_sink_column < 0:
+        earliest = int(torch.where(sink_column >= 0, sink_column, start + num_new).min())
+        if earliest < start + num_new:  # some row has a sink: the earliest is final
+            rows.first_sink_column = earliest
+    if rows.first_sink_column < 0:
+        return 1
+    first_reader = max(0, rows.first_sink_column + recent + 1 - start)  # column - recent > the earliest sink
+    return max(1, num_new - first_reader)
 
 
 def first_real_columns(rows: RowState, new_real: torch.Tensor, start: int) -> torch.Tensor:

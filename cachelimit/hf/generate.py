@@ -43,7 +43,8 @@ def bounded_cache(
     static: bool = False,
     cache_policy=None,
 ) -> BoundedCache:
-    """Validate a bounded run (raising before any token on anything it cannot do); return the cache it will use."""
+    """Validate a bounded run (raising before any token on anything it cannot do); return the cache it will use. A
+    chunked prefill with RoPE sinks is read in smaller chunks (`prefill_chunk`, put in `kwargs`)."""
     config = resolved_config(model, generation_config, kwargs)
     window_prefill = config.prefill_chunk_size is not None
     request = BoundedRequest.from_arguments(
@@ -72,7 +73,21 @@ def bounded_cache(
         cache.set_window_prefill(window_prefill)
     cache.compile_requested = config.compile_config is not None
     cache.generated_from = user_columns(tokens, kwargs.get("attention_mask"))
+    chunk = prefill_chunk(cache, config)
+    if chunk != config.prefill_chunk_size:
+        kwargs["prefill_chunk_size"] = chunk
     return cache
+
+
+def prefill_chunk(cache: BoundedCache, config) -> int | None:
+    """The `prefill_chunk_size` transformers' chunked prefill reads the prompt in: the one asked for, or, with RoPE
+    sinks, the smaller chunk at which their per-query copies cost little (`WindowPolicy.sink_chunk`: the same
+    result, within the memory bound asked for). Not when the caller asks for the prefill's attention maps or hidden
+    states: `generate` returns those of the last chunk, so that chunk stays the one asked for."""
+    asked = config.prefill_chunk_size
+    if asked is None or not cache.rotates_sinks or config.output_attentions or config.output_hidden_states:
+        return asked
+    return min(group.policy.sink_chunk(asked) for group in cache.groups if group.rotates_sinks)
 
 
 def user_columns(tokens, attention_mask) -> int | None:
