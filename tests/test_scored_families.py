@@ -123,3 +123,20 @@ class ScoredFamiliesTest(unittest.TestCase):
                     if any(part in name for part in ("q_proj", "k_proj", "q_b_proj", "kv_b_proj", "q_a_proj")):
                         parameter.mul_(sharp)
         return model
+
+
+def test_a_scored_run_reads_the_chunks_asked_for():
+    """RoPE sinks make a window's chunked prefill read smaller chunks (the same result); a scored policy's result
+    depends on its chunks (each is cut to the best L), so on a hybrid whose sliding layers move sinks the scored run
+    still reads exactly the chunks asked for."""
+    from cachelimit.hf.generate import prefill_chunk
+
+    model = build_tiny_model("gemma3_text", "sdpa", layers=2)
+    config = model.generation_config
+    config.prefill_chunk_size = 512
+    for policy, expected in ((None, 512), ("keydiff", 512)):
+        cache = cachelimit.BoundedCache.from_model(model, 64, 4, window_prefill=True, cache_policy=policy)
+        if policy is None:
+            assert cache.rotates_sinks and prefill_chunk(cache, config) < 512
+        else:
+            assert cache.rotates_sinks and prefill_chunk(cache, config) == expected

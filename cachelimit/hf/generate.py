@@ -83,9 +83,13 @@ def prefill_chunk(cache: BoundedCache, config) -> int | None:
     """The `prefill_chunk_size` transformers' chunked prefill reads the prompt in: the one asked for, or, with RoPE
     sinks, the smaller chunk at which their per-query copies cost little (`WindowPolicy.sink_chunk`: the same
     result, within the memory bound asked for). Not when the caller asks for the prefill's attention maps or hidden
-    states: `generate` returns those of the last chunk, so that chunk stays the one asked for."""
+    states: `generate` returns those of the last chunk, so that chunk stays the one asked for. Nor under a scored
+    `cache_policy`: each chunk is read, then cut to the best `L` (`core.scored`), so its result depends on the
+    chunk, which stays the one asked for."""
     asked = config.prefill_chunk_size
     if asked is None or not cache.rotates_sinks or config.output_attentions or config.output_hidden_states:
+        return asked
+    if cache.cache_policy is not None:
         return asked
     return min(group.policy.sink_chunk(asked) for group in cache.groups if group.rotates_sinks)
 
