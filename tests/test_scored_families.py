@@ -18,7 +18,8 @@ from cachelimit.hf.compat import CACHE_ARGUMENT, MLA_CACHES_LATENT
 from tests.common import build_tiny_model, left_padded_batch, not_served_here
 from tests.layer_masks import SLIDING, config_layer_types
 from tests.reference import banded_visibility
-from tests.scored_reference import attention_score, keydiff_score, recording, replay_logits, slow_reference
+from tests.scored_recording import recording
+from tests.scored_reference import attention_score, keydiff_score, replay_logits, slow_reference
 
 LIMIT, PROTECTED, NEW = 8, 2, 14
 POLICIES = {

@@ -15,13 +15,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 import cachelimit
 from cachelimit.core.eviction import TOVA, KeyDiff, SnapKV
 from cachelimit.hf.compat import CACHE_ARGUMENT
-from tests.common import returned_cache
+from tests.scored_recording import recording
 from tests.scored_reference import (
     attention_score,
     keydiff_score,
-    recording,
     replay_logits,
-    slow_keydiff,
     slow_reference,
 )
 
@@ -82,6 +80,10 @@ CASES = [
     ("chunked_prefill", dict(limit=7, sinks=2), {}, (2, 23, (0, 5)), 6),
     ("short_prompt", dict(limit=12, sinks=0), {}, (2, 5, (0, 1)), None),
 ]
+
+
+#: the release dispatches eager attention through ALL_ATTENTION_FUNCTIONS, where a query-scored policy scores it
+EAGER_DISPATCHED = hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface")
 
 
 class PolicyReferences:
@@ -164,158 +166,3 @@ class TestTovaEager(PolicyReferences):
 
 class TestSnapKVSdpa(PolicyReferences):
     attention, dtype, policy = "sdpa", torch.float64, "snapkv"
-
-
-#: the release dispatches eager attention through ALL_ATTENTION_FUNCTIONS, where a query-scored policy scores it
-EAGER_DISPATCHED = hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface")
-
-
-@pytest.mark.skipif(EAGER_DISPATCHED, reason="this release dispatches eager attention: served (TestTovaEager)")
-def test_eager_refused_there():
-    """Where transformers calls eager attention directly, a query-scored policy cannot see the queries: refused
-    before any token, naming the implementations that work."""
-    model = tiny_llama("eager", torch.float32)
-    ids, mask = prompt(1, 12)
-    with cachelimit.patched("llama"), pytest.raises(ValueError, match="attn_implementation='sdpa'"):
-        model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_limit=8, cache_policy="tova", pad_token_id=0)
-
-
-def test_protected_window_is_the_window():
-    """With every position but one protected (`protected = L - S`), KeyDiff must keep exactly the window with sinks:
-    the same logits as the window policy (which, without RoPE sink moves, is a plain cut)."""
-    model = tiny_llama()
-    ids, mask = prompt(2, 9, (0, 3))
-    with cachelimit.patched("llama"):
-        window = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=20,
-            do_sample=False,
-            cache_limit=8,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-        scored = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=20,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy=KeyDiff(protected=8),
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-    torch.testing.assert_close(torch.stack(scored.logits), torch.stack(window.logits), rtol=0, atol=1e-9)
-
-
-def test_beams_score_what_the_references_score():
-    """Beam search reorders the rows every step: each returned beam's score (the sum of its tokens' log
-    probabilities, length_penalty=0) must be what the replay gives it when each layer and head hides what the slow
-    reference evicts for that beam's own token history."""
-    model = tiny_llama()
-    ids, mask = prompt(1, 10)
-    with cachelimit.patched("llama"):
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=12,
-            min_new_tokens=12,
-            num_beams=3,
-            num_return_sequences=3,
-            do_sample=False,
-            length_penalty=0.0,
-            cache_limit=8,
-            cache_policy="keydiff",
-            return_dict_in_generate=True,
-            output_scores=True,
-            pad_token_id=0,
-        )
-    width = ids.shape[1]
-    for row, sequence in enumerate(out.sequences):
-        sequence = sequence[None]
-        full_mask = torch.ones_like(sequence)
-        reference, gap = slow_keydiff(model, sequence, full_mask, width, limit=8, sinks=0, protected=4)
-        assert gap > TIE[torch.float64]
-        logits = replay_logits(model, sequence, full_mask, width, reference)
-        logprobs = logits[0, width - 1 : -1].log_softmax(-1)
-        total = logprobs.gather(-1, sequence[0, width:, None]).sum()
-        torch.testing.assert_close(out.sequences_scores[row].double(), total, rtol=0, atol=1e-5)
-
-
-def test_continuation_matches_one_call():
-    """A returned scored cache continues exactly: two calls give the tokens and logits of one."""
-    model = tiny_llama()
-    ids, mask = prompt(2, 10, (0, 2))
-    with cachelimit.patched("llama"):
-        whole = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=24,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy="keydiff",
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-        first = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=12,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy="keydiff",
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-        more_mask = torch.cat([mask, torch.ones(2, 12, dtype=mask.dtype)], 1)
-        second = model.generate(
-            first.sequences,
-            attention_mask=more_mask,
-            max_new_tokens=12,
-            do_sample=False,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-            **{CACHE_ARGUMENT: returned_cache(first)},
-        )
-    torch.testing.assert_close(second.sequences, whole.sequences)
-    torch.testing.assert_close(torch.stack(second.logits), torch.stack(whole.logits[12:]), rtol=0, atol=1e-9)
-
-
-@pytest.mark.parametrize(
-    ("arguments", "error", "message"),
-    [
-        (dict(cache_policy="h2o"), ValueError, "`cache_policy` must be one of 'window', 'keydiff'"),
-        (dict(cache_policy=3), TypeError, "`cache_policy` must be one of"),
-        (dict(cache_policy=KeyDiff(protected=8), num_sink_tokens=1), ValueError, "`protected`"),
-        (dict(cache_policy=KeyDiff(protected=-1)), ValueError, "`protected`"),
-        (dict(cache_policy="keydiff", output_attentions=True), ValueError, "output_attentions"),
-    ],
-)
-def test_bad_policy_arguments_fail_before_any_token(arguments, error, message):
-    model = tiny_llama()
-    ids, mask = prompt(1, 6)
-    calls = []
-    handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
-    with cachelimit.patched("llama"), pytest.raises(error, match=message):
-        model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=3,
-            cache_limit=8,
-            pad_token_id=0,
-            return_dict_in_generate=True,
-            **arguments,
-        )
-    handle.remove()
-    assert not calls
-
-
-def test_policy_without_a_limit_is_refused():
-    model = tiny_llama()
-    ids, mask = prompt(1, 6)
-    with cachelimit.patched("llama"), pytest.raises(ValueError, match="`cache_policy` needs `cache_limit`"):
-        model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_policy="keydiff", pad_token_id=0)

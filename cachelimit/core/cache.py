@@ -29,6 +29,7 @@ from transformers.cache_utils import Cache
 
 from .group import LayerGroup
 from .layers import BoundedLayer
+from .memory import kv_bytes
 from .plan import StepPlan
 from .window import WindowPolicy
 
@@ -295,21 +296,3 @@ class BoundedCache(Cache):
         """Bytes of key/value storage allocated by all layers right now (the un-rotated sink keys of RoPE layers
         included): it grows with the tokens kept until the ring is full, then stays constant (see `kv_bytes`)."""
         return kv_bytes(self)
-
-
-def kv_bytes(cache) -> int:
-    """Bytes of key/value storage any transformers `Cache` holds right now: the storages behind every layer's
-    keys, values and (cachelimit's RoPE sinks) un-rotated sink keys, each counted once and whole.
-
-    The one counter behind `BoundedCache.kv_bytes`, the CLI's live figure and the benchmarks, so that they all
-    measure the same thing: a sliced view counts the whole storage it keeps alive (as transformers'
-    `DynamicSlidingWindowLayer` window does), which is what the process really holds.
-    """
-    storages: dict[int, int] = {}
-    for layer in getattr(cache, "layers", ()):
-        for name in ("keys", "values", "sink_keys"):
-            tensor = getattr(layer, name, None)
-            if isinstance(tensor, torch.Tensor):
-                storage = tensor.untyped_storage()
-                storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())

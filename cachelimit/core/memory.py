@@ -1,0 +1,23 @@
+"""How many bytes of keys and values a cache holds: one counter for the cache, the command line and the benchmarks."""
+
+from __future__ import annotations
+
+import torch
+
+
+def kv_bytes(cache) -> int:
+    """Bytes of key/value storage any transformers `Cache` holds right now: the storages behind every layer's
+    keys, values and (cachelimit's RoPE sinks) un-rotated sink keys, each counted once and whole.
+
+    The one counter behind `BoundedCache.kv_bytes`, the CLI's live figure and the benchmarks, so that they all
+    measure the same thing: a sliced view counts the whole storage it keeps alive (as transformers'
+    `DynamicSlidingWindowLayer` window does), which is what the process really holds.
+    """
+    storages: dict[int, int] = {}
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values", "sink_keys"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
