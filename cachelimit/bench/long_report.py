@@ -126,6 +126,7 @@ def conditions(cells: list[dict]) -> str:
 def plot_step_cost(cells: list[dict], path: Path) -> None:
     """CPU ms per decode step against T, one panel per dtype, one line per variant (log-log)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -139,8 +140,12 @@ def plot_step_cost(cells: list[dict], path: Path) -> None:
             if points:
                 axis.plot(*zip(*points, strict=True), label=variant, **STYLE.get(variant, {}))
         limit = cells[0].get("limit")
+        totals = sorted({row["total"] for row in rows})
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
+        axis.set_xticks(totals, labels=[f"{total / 1024:g}k" for total in totals])
+        axis.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
         axis.set_xlabel("total length T (tokens)")
         axis.set_ylabel("CPU ms per decode step (median)")
         axis.set_title(f"SmolLM2-135M {dtype}, L={limit}, 1 thread")
