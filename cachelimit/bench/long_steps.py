@@ -57,6 +57,12 @@ def native_window_model(model, limit: int):
     if unexpected or [name for name in missing if "lm_head" not in name]:
         raise RuntimeError(f"the Mistral copy does not take the Llama's weights: {missing} {unexpected}")
     native.tie_weights()
+    # The buffers are not in the state dict, and `.to(dtype)` rounded the Mistral's: the rotary's inverse
+    # frequencies, which transformers keeps in float32 (in bfloat16 they shift every position's rotation: logits
+    # 40 apart at 2k tokens). The Llama's own, as loaded, are copied over.
+    for name, buffer in model.named_buffers():
+        owner, _, attribute = name.rpartition(".")
+        native.get_submodule(owner)._buffers[attribute] = buffer.clone()
     native.set_attn_implementation(model.config._attn_implementation)
     native.generation_config.eos_token_id = None
     return native.eval()
