@@ -25,6 +25,8 @@ from position T - 1 on, so each of its `steps` forwards is one token at a positi
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ..core.cache import BoundedCache
@@ -64,7 +66,7 @@ def native_window_model(model, limit: int):
         owner, _, attribute = name.rpartition(".")
         native.get_submodule(owner)._buffers[attribute] = buffer.clone()
     native.set_attn_implementation(model.config._attn_implementation)
-    native.generation_config.eos_token_id = None
+    native.generation_config = copy.deepcopy(model.generation_config)  # the same logits processors and stops
     return native.eval()
 
 
