@@ -1,0 +1,119 @@
+"""The long-context prefill (`cachelimit bench --long`): CPU time and memory of reading a T-token prompt.
+
+Three cases on SmolLM2-135M: unbounded, `cache_limit=L` (one forward over the prompt, keeping its last L), and
+`cache_limit=L, prefill_chunk_size=C` (the prompt read C tokens at a time, each chunk attending to its window only).
+Each case runs in a fresh process (`python -m cachelimit.bench.long_prefill CASE.json`), so its memory is its own:
+the model is loaded and run once on 8 tokens (so its memory-mapped weights are resident), the kernel's
+peak-RSS mark is reset (`/proc/self/clear_refs` 5), then one `generate` reads the
+prompt and makes one token; reported are that call's process CPU time (`time.process_time`, which a child alone
+can read, so these timings are the children's and not `measure`'s: the cases are run in `measure`'s rotating order
+and paired per repeat the same way, `Measurement` built from them), its wall time, the RSS before it and the peak
+RSS during it (VmHWM; growth = peak - before).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .alternate import Measurement, Timing
+
+CASES = ("unbounded", "cache_limit=L", "cache_limit=L, chunked")
+
+
+def case_arguments(case: str, limit: int, chunk: int) -> dict:
+    if case == "unbounded":
+        return {}
+    if case == "cache_limit=L":
+        return {"cache_limit": limit}
+    if case == "cache_limit=L, chunked":
+        return {"cache_limit": limit, "prefill_chunk_size": chunk}
+    raise ValueError(f"unknown prefill case {case!r}; known: {', '.join(CASES)}")
+
+
+def _status() -> dict[str, int]:
+    fields = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                name, value = line.split(":")
+                fields[name] = int(value.split()[0]) * 1024
+    return fields
+
+
+def run_case(spec: dict) -> dict:
+    """In the child: load the model, reset the peak mark, time one prefill (+ 1 token), read the peak."""
+    import torch
+
+    from ..cli.pretrained import load_pretrained
+    from ..families.patching import patch
+
+    torch.set_num_threads(spec["threads"])
+    model, _ = load_pretrained("smollm2", dtype=getattr(torch, spec["dtype"]))
+    model.generation_config.eos_token_id = None
+    patch("llama")
+    ids = torch.randint(3, model.config.vocab_size, (1, spec["total"]), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():  # fault the (memory-mapped) weights in first: the peak is then the prefill's own
+        model(ids[:, :8])
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # peak RSS := current RSS (Linux >= 4.0)
+        reset = True
+    except OSError:
+        reset = False
+    before = _status()
+    cpu, wall = time.process_time(), time.perf_counter()
+    with torch.inference_mode():
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=1,
+            do_sample=False,
+            **case_arguments(spec["case"], spec["limit"], spec["chunk"]),
+        )
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    after = _status()
+    return {
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "rss_before_bytes": before["VmRSS"],
+        "peak_rss_bytes": after["VmHWM"],
+        "growth_bytes": after["VmHWM"] - before["VmRSS"],
+        "peak_reset": reset,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def measure_prefill(
+    dtype: str, total: int, limit: int, chunk: int, repeats: int, threads: int
+) -> tuple[Measurement, dict[str, list[dict]]]:
+    """Every case once per repeat, each in a fresh process, in `measure`'s rotating order; the Measurement of the
+    children's CPU times (baseline `unbounded`) and every child's raw figures."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    timings: dict[str, list[Timing]] = {case: [] for case in CASES}
+    raw: dict[str, list[dict]] = {case: [] for case in CASES}
+    orders, load_before = [], os.getloadavg()
+    for repeat in range(repeats):
+        order = list(CASES[repeat % len(CASES) :] + CASES[: repeat % len(CASES)])
+        orders.append(order)
+        for case in order:
+            spec = {"dtype": dtype, "total": total, "limit": limit, "chunk": chunk, "case": case, "threads": threads}
+            command = [sys.executable, "-m", "cachelimit.bench.long_prefill", json.dumps(spec)]
+            done = subprocess.run(command, capture_output=True, text=True, env=env)
+            if done.returncode != 0:
+                raise RuntimeError(f"prefill child {spec} failed:\n{done.stderr[-2000:]}")
+            figures = json.loads(done.stdout.strip().splitlines()[-1])
+            raw[case].append(figures)
+            timings[case].append(Timing(figures["cpu_s"], figures["wall_s"]))
+            print(f"  prefill {dtype} T={total} {case}: {figures['cpu_s']:.1f} CPU s", flush=True)
+    measurement = Measurement(timings, CASES[0], load_before, os.getloadavg(), threads, os.cpu_count(), orders)
+    return measurement, raw
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_case(json.loads(sys.argv[1]))))
