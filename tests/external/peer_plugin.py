@@ -47,7 +47,8 @@ CALLS: dict[str, list[int]] = {}
 
 def _chooses_its_cache(model, generation_config, kwargs) -> bool:
     """Whether the call (or the model) already decides the cache, so that a default limit would only be refused."""
-    if any(kwargs.get(name) is not None for name in ("cache_limit", "num_sink_tokens", "past_key_values")):
+    chosen = ("cache_limit", "num_sink_tokens", "cache_policy", "past_key_values", "cache")  # the cache: either name
+    if any(kwargs.get(name) is not None for name in chosen):
         return True
     if getattr(model, "_cachelimit_setting", None) is not None:
         return True
