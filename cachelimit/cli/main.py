@@ -32,14 +32,16 @@ COMMANDS = {
     "bench": "cachelimit.bench.sweep",
     "bench --quality": "cachelimit.bench.quality",
     "bench --budget": "cachelimit.bench.budget",
+    "bench --recall": "cachelimit.bench.recall",
 }
 
 
 def run_bench(argv: list[str]) -> int:
     """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.bench.sweep.main` (speed),
     with --quality to `cachelimit.bench.quality.main` (what a bounded cache does to a real model's text), with
-    --budget to `cachelimit.bench.budget.main` (how many more rows fit in the same KV memory)."""
-    scenario = next((flag for flag in ("--quality", "--budget") if flag in argv), None)
+    --budget to `cachelimit.bench.budget.main` (how many more rows fit in the same KV memory), with --recall to
+    `cachelimit.bench.recall.main` (does a bounded cache still find the fact)."""
+    scenario = next((flag for flag in ("--quality", "--budget", "--recall") if flag in argv), None)
     name = COMMANDS[f"bench {scenario}" if scenario else "bench"]
     argv = [arg for arg in argv if arg != scenario]
     try:
