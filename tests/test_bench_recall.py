@@ -204,10 +204,10 @@ def test_the_report_counts_right_over_n_per_cell(tmp_path):
     assert (tmp_path / recall_report.PLOT).stat().st_size > 1000 and "Plot:" in text
 
 
-def test_a_torn_journal_line_is_skipped(tmp_path):
+def test_a_torn_journal_line_is_skipped_and_a_trial_counts_once(tmp_path):
     path = tmp_path / "j.jsonl"
-    path.write_text(json.dumps(FAKE[0]) + "\n" + '{"case": "pass')
-    assert recall.read_journal(path) == [FAKE[0]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in (FAKE[0], FAKE[1], {**FAKE[0], "seconds": 2})) + '{"ca')
+    assert recall.read_journal(path) == [FAKE[0], FAKE[1]]
 
 
 def test_every_case_and_variant_runs_end_to_end_on_the_tiny_model_and_resumes(tmp_path, capsys):

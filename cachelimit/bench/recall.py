@@ -143,16 +143,19 @@ def trial_key(record: dict) -> str:
 
 
 def read_journal(path: Path) -> list[dict]:
-    """The records of the journal (a torn last line, from a run killed while writing, is skipped)."""
+    """The records of the journal, one per trial: a torn last line (a run killed while writing) is skipped, and a
+    trial recorded twice (two runs into one folder at once) counts once, its first record (trials are
+    deterministic: the same answer)."""
     if not path.is_file():
         return []
-    records = []
+    records: dict[str, dict] = {}
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
-    return records
+        records.setdefault(trial_key(record), record)
+    return list(records.values())
 
 
 def load_model(name: str, dtype: str):
