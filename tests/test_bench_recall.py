@@ -222,8 +222,12 @@ def test_every_case_and_variant_runs_end_to_end_on_the_tiny_model_and_resumes(tm
         for prefill in ("whole", "chunked"):
             assert {(case, prefill, variant) for variant in VARIANTS} <= seen, (case, prefill)
     assert {("ppl", "chunked", variant) for variant in VARIANTS if variant != "oracle"} <= seen
-    assert all(r.get("error") is None for r in records), [r["error"] for r in records if r.get("error")]
-    assert all(isinstance(r["correct"], bool) for r in records if r["case"] != "ppl")
+    # the one refusal a release may give: chunked turns continuing a returned cache need transformers >= 5.21
+    # (there the trial is recorded with the refusal and no verdict, never as a wrong answer)
+    refused = [r for r in records if r.get("error")]
+    assert all(r["case"] == "chat" and r["prefill"] == "chunked" for r in refused), [r["error"] for r in refused]
+    assert all("`prefill_chunk_size` when continuing" in r["error"] and r["correct"] is None for r in refused)
+    assert all(isinstance(r["correct"], bool) for r in records if r["case"] != "ppl" and not r.get("error"))
     assert all(r["prompt_tokens"] == 300 for r in records if r["case"] in ("passkey", "text"))
     unbounded = {r["case"]: r["perplexity"] for r in records if r["case"] == "ppl" and r["variant"] == "unbounded"}
     window = [r["perplexity"] for r in records if r["case"] == "ppl" and r["variant"] == "window"]

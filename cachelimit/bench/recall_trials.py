@@ -49,7 +49,8 @@ class Trials:
         record = dict(job)
         try:
             record.update(self._run(job))
-        except ValueError as error:  # a budget the oracle keep-set does not fit in: no verdict
+        except ValueError as error:  # refused (a budget the oracle keep-set does not fit in, or a setting this
+            # transformers release cannot serve, e.g. chunked chat turns before 5.21): no verdict
             record.update(error=str(error), correct=None)
         record.update(python=platform.python_version(), torch=torch.__version__)
         record.update(transformers=transformers.__version__, threads=torch.get_num_threads())
