@@ -119,14 +119,22 @@ def chunked_nll(model, tokens: torch.Tensor, chunk: int = 64, cache_limit=None, 
 
 
 def chunked_scores(
-    model, tokens, chunk: int = 64, cache_limit=None, num_sink_tokens=None, progress=None, on_scored=None
+    model,
+    tokens,
+    chunk: int = 64,
+    cache_limit=None,
+    num_sink_tokens=None,
+    progress=None,
+    on_scored=None,
+    cache_policy=None,
 ) -> Scored:
     """`chunked_nll` with the bytes held at the end; `progress.update(n)` after every forward of `n` tokens.
 
     The hidden states of each forward are taken from the model's body with a forward hook (generate only keeps the
     last position's logits) and scored at once with the model's own head, so a long run holds no hidden states
     and can report as it goes: `on_scored(nll_so_far, cache)` after every forward (the quality benchmark journals
-    a partial run with it, so a run stopped after hours still leaves the positions it scored)."""
+    a partial run with it, so a run stopped after hours still leaves the positions it scored). `cache_policy`: a
+    scored policy (`bench --recall`'s perplexity case), None for the window."""
     scored: list[torch.Tensor] = []
     predicted = tokens.shape[1] - 1  # position t predicts text token t + 1
     watch = _CacheWatch(model)
@@ -146,6 +154,8 @@ def chunked_scores(
 
     handle = decoder_body(model).register_forward_hook(score)
     window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
+    if cache_policy is not None:
+        window["cache_policy"] = cache_policy
     try:
         with torch.inference_mode():
             model.generate(

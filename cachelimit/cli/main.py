@@ -34,6 +34,7 @@ COMMANDS = {
     "bench --quality": "cachelimit.bench.quality",
     "bench --budget": "cachelimit.bench.budget",
     "bench --long": "cachelimit.bench.long",
+    "bench --recall": "cachelimit.bench.recall",
 }
 
 
@@ -41,8 +42,9 @@ def run_bench(argv: list[str]) -> int:
     """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.bench.sweep.main` (speed),
     with --quality to `cachelimit.bench.quality.main` (what a bounded cache does to a real model's text), with
     --budget to `cachelimit.bench.budget.main` (how many more rows fit in the same KV memory), with --long to
-    `cachelimit.bench.long.main` (a bounded step at 16k-32k tokens on a real model, and the prefill's memory)."""
-    scenario = next((flag for flag in ("--quality", "--budget", "--long") if flag in argv), None)
+    `cachelimit.bench.long.main` (a bounded step at 16k-32k tokens on a real model, and the prefill's memory), with
+    --recall to `cachelimit.bench.recall.main` (does a bounded cache still find the fact)."""
+    scenario = next((flag for flag in ("--quality", "--budget", "--long", "--recall") if flag in argv), None)
     name = COMMANDS[f"bench {scenario}" if scenario else "bench"]
     argv = [arg for arg in argv if arg != scenario]
     try:

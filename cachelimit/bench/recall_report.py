@@ -1,0 +1,175 @@
+"""The report of the recall benchmark, from its journal alone: markdown tables (accuracy with n in every cell) and a
+plot of accuracy against budget. No model, no torch: `bench --recall --report-only` rewrites it from the JSONL.
+
+A cell is `right/n (percent)` over the trials that got a verdict; trials the oracle could not serve (`error`) are
+counted apart, never as wrong. The unbounded cache has no budget: its column is `no limit`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from .recall_run import VARIANTS
+
+TABLES = "recall_tables.md"
+PLOT = "recall_accuracy.png"
+NO_LIMIT = "no limit"
+
+
+def _variants(records) -> list[str]:
+    seen = {record["variant"] for record in records}
+    return [name for name in VARIANTS if name in seen]
+
+
+def _budgets(records) -> list[int]:
+    return sorted({record["budget"] for record in records if record["budget"] is not None})
+
+
+def tally(records) -> dict:
+    """(variant, budget) -> [right, n] over the records with a verdict."""
+    counts: dict = defaultdict(lambda: [0, 0])
+    for record in records:
+        if record.get("correct") is None:
+            continue
+        cell = counts[(record["variant"], record["budget"])]
+        cell[0] += bool(record["correct"])
+        cell[1] += 1
+    return counts
+
+
+def cell(right: int, n: int) -> str:
+    return f"{right}/{n} ({100 * right / n:.0f} %)" if n else "-"
+
+
+def accuracy_table(records) -> str:
+    """Rows: variants; columns: budgets (and `no limit` for the unbounded cache); cells: right/n (percent)."""
+    counts, budgets = tally(records), _budgets(records)
+    header = "| variant | " + " | ".join([f"L={budget}" for budget in budgets] + [NO_LIMIT]) + " |"
+    lines = [header, "|" + "---|" * (len(budgets) + 2)]
+    for variant in _variants(records):
+        values = [cell(*counts.get((variant, budget), (0, 0))) for budget in budgets]
+        values.append(cell(*counts.get((variant, None), (0, 0))))
+        lines.append(f"| {variant} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def perplexity_table(records) -> str:
+    budgets = _budgets(records)
+    values = {(record["variant"], record["budget"]): record for record in records}
+    lines = [
+        "| variant | " + " | ".join([f"L={b}" for b in budgets] + [NO_LIMIT]) + " |",
+        "|" + "---|" * (len(budgets) + 2),
+    ]
+    for variant in _variants(records):
+        row = [values.get((variant, budget)) for budget in [*budgets, None]]
+        lines.append(f"| {variant} | " + " | ".join(f"{r['perplexity']:.3f}" if r else "-" for r in row) + " |")
+    positions = sorted({record["positions"] for record in records})
+    return "\n".join(lines) + f"\n\nScored positions per run: {', '.join(f'{p:,}' for p in positions)}."
+
+
+def groups(records) -> dict:
+    """(case, length, prefill) -> records, in a stable order."""
+    grouped: dict = defaultdict(list)
+    for record in records:
+        grouped[(record["case"], record["length"], record["prefill"])].append(record)
+    order = {"passkey": 0, "text": 1, "chat": 2, "ppl": 3}
+    return dict(sorted(grouped.items(), key=lambda item: (order.get(item[0][0], 9), item[0][1] or 0, item[0][2])))
+
+
+def _title(case: str, length, prefill: str, records) -> str:
+    if case == "ppl":
+        return f"### Perplexity of the default text (prefill_chunk_size {records[0]['chunk']})"
+    depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
+    read = "read whole" if prefill == "whole" else f"read in chunks of {records[0]['chunk']}"
+    if case == "chat":
+        return f"### Chat recall, {length} tokens of other turns between fact and question ({read} per turn)"
+    name = {"passkey": "Pass key in filler", "text": "Secret number in real text"}[case]
+    return f"### {name}, {length}-token prompt, depths {', '.join(f'{d} %' for d in depths)} ({read})"
+
+
+def headline(records) -> str:
+    """One line per budget over every retrieval trial (pass key, text, chat): each variant's accuracy."""
+    retrieval = [record for record in records if record["case"] != "ppl"]
+    if not retrieval:
+        return ""
+    counts, lines = tally(retrieval), []
+    for budget in _budgets(retrieval):
+        parts = [f"{v} {cell(*counts[(v, budget)])}" for v in _variants(retrieval) if (v, budget) in counts]
+        lines.append(f"- L={budget}: " + ", ".join(parts))
+    if (("unbounded", None)) in counts:
+        lines.append(f"- unbounded: {cell(*counts[('unbounded', None)])}")
+    return "\n".join(lines)
+
+
+def markdown(records) -> str:
+    errors = [record for record in records if record.get("error")]
+    parts = ["# Recall at a fixed KV budget (`cachelimit bench --recall`)", "",
+             f"{len(records)} trial records. Cells: right/n (percent); a trial is right when the first run of "
+             "digits in the greedy answer is the key.", "", "## All retrieval trials, by budget", "",
+             headline(records) or "(no retrieval trials)", ""]  # fmt: skip
+    for (case, length, prefill), members in groups(records).items():
+        parts += [_title(case, length, prefill, members), ""]
+        parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
+    if errors:
+        parts += [
+            f"{len(errors)} trials not served (no verdict): " + "; ".join(sorted({r["error"] for r in errors})),
+            "",
+        ]
+    machines = sorted({(r.get("threads"), r.get("torch"), r.get("transformers")) for r in records if r.get("torch")})
+    loads = [r["load_average"] for r in records if r.get("load_average") is not None]
+    if machines:
+        parts.append("Runs: " + "; ".join(f"{t} threads, torch {a}, transformers {b}" for t, a, b in machines)
+                     + (f"; load average {min(loads):.1f} to {max(loads):.1f}" if loads else "") + ".")  # fmt: skip
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def plot(records, path: Path) -> bool:
+    """Accuracy against budget, one panel per (case, length, prefill), one line per variant (the unbounded cache a
+    dashed level). False when there is nothing to plot."""
+    panels = [(key, members) for key, members in groups(records).items() if key[0] != "ppl"]
+    if not panels:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .plots import save_figure
+
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
+    for axis, ((case, length, prefill), members) in zip(axes.flat, panels, strict=False):
+        counts, budgets = tally(members), _budgets(members)
+        for variant in _variants(members):
+            if variant == "unbounded":
+                right, n = counts.get(("unbounded", None), (0, 0))
+                if n:
+                    axis.axhline(100 * right / n, linestyle="--", color="black", label=f"unbounded (n={n})")
+                continue
+            points = [(b, counts[(variant, b)]) for b in budgets if counts.get((variant, b), (0, 0))[1]]
+            if points:
+                n = min(value[1] for _, value in points)
+                xs, ys = [b for b, _ in points], [100 * value[0] / value[1] for _, value in points]
+                axis.plot(xs, ys, marker="o", label=f"{variant} (n={n})")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(budgets, [str(b) for b in budgets])
+        axis.set_ylim(-5, 105)
+        axis.set_xlabel("cache budget L (positions per layer)")
+        axis.set_ylabel("accuracy (%)")
+        axis.set_title(f"{case}, {length} tokens, {prefill}", fontsize=10)
+        axis.legend(fontsize=7)
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    save_figure(figure, path)
+    return True
+
+
+def write_report(records, out: Path) -> str:
+    """Writes OUT/recall_tables.md and OUT/recall_accuracy.png; returns the markdown."""
+    text = markdown(records)
+    (out / TABLES).write_text(text)
+    if plot(records, out / PLOT):
+        text += f"\nPlot: {out / PLOT}\n"
+    return text
