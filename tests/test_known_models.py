@@ -101,8 +101,8 @@ def test_chat_on_a_base_model_is_refused_before_its_load(name, installed, monkey
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith(
-        f"cachelimit generate: error: argument --chat: {name!r} is a base model (not instruction-tuned) and has no chat "
-        "template; use --prompt to continue a text"
+        f"cachelimit generate: error: argument --chat: {name!r} is a base model (not instruction-tuned) and has no "
+        "chat template; use --prompt to continue a text"
     )
 
 

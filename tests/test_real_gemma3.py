@@ -34,7 +34,9 @@ except pretrained.MissingModelError as error:
 
 NEW = 20
 WINDOW = 512
-LOGITS_ATOL = 1e-3  # float32 noise of the same computation in another order; see the measured value in the README
+#: measured on these weights: cachelimit vs transformers 2.5e-5 to 3.0e-5 (logits up to 33; float32 sums in another
+#: order), while sinks kept past the window (a real change of what is attended) move them by 0.62
+LOGITS_ATOL = 1e-3
 #: (prompt tokens, a cache limit that never cuts it, sinks): inside the sliding window, and past it (no sinks: above)
 RUNS = [(40, 256, 0), (40, 256, 4), (WINDOW + 48, 1024, 0)]
 

@@ -131,7 +131,8 @@ def check_readers(name: str) -> None:
     for module in READERS:
         if importlib.util.find_spec(module) is None:
             raise MissingModelError(
-                f"reading {name!r} from its GGUF file needs the {module} package; install it with: {PRETRAINED[name].install}"
+                f"reading {name!r} from its GGUF file needs the {module} package; install it with: "
+                f"{PRETRAINED[name].install}"
             )
     check_release(name)
 
@@ -240,8 +241,9 @@ def load_pretrained(
 ):
     """`(model in eval mode, tokenizer)` for a model `PRETRAINED` names, offline.
 
-    `dtype` is a torch dtype (default: the table's, float32 for both; bfloat16 halves the memory). The first call converts the GGUF
-    file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read the converted copy.
+    `dtype` is a torch dtype (default: the table's, float32 for both; bfloat16 halves the memory). The first
+    call converts the GGUF file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read
+    the converted copy. The model's licence is the user's to honour (README: Gemma 3 270M).
     Raises `MissingModelError` (an `ImportError`) with the install command when the package is missing, and
     `CacheDirError` (an `OSError`) before the conversion when the cache directory cannot take the copy.
     """
