@@ -90,6 +90,20 @@ def known(name: str) -> GGUFModel:
     return PRETRAINED[name]
 
 
+def chat_refusal(name: str) -> str | None:
+    """Why `--chat` cannot be served for `name` (a known base model has no chat template), or None."""
+    spec = PRETRAINED.get(name)
+    if spec is None or spec.chat:
+        return None
+    return f"argument --chat: {name!r} is {spec.kind} and has no chat template; use --prompt to continue a text"
+
+
+def chat_help() -> str:
+    chats, bases = ([name for name, spec in PRETRAINED.items() if spec.chat is chat] for chat in (True, False))
+    refused = f"; refused for base models: {', '.join(bases)}" if bases else ""
+    return f"a user message in the model's chat template ({', '.join(chats)}{refused})"
+
+
 def _package_folders(package: str) -> list[Path]:
     """Where an installed package's files lie, without importing it; [] when it is not installed."""
     try:

@@ -265,15 +265,6 @@ def load_pretrained(
     return model.eval(), tokenizer
 
 
-def refuse_chat(name: str) -> None:
-    """`--chat` on a known base model: refused before its load (a base model has no chat template)."""
-    spec = PRETRAINED.get(name)
-    if spec is not None and not spec.chat:
-        raise ValueError(
-            f"argument --chat: {name!r} is {spec.kind} and has no chat template; use --prompt to continue a text"
-        )
-
-
 def chat_prompt(tokenizer, message: str) -> str:
     """`message` as one user turn in the tokenizer's chat template, ready for the assistant's answer."""
     if not getattr(tokenizer, "chat_template", None):
