@@ -99,9 +99,8 @@ def chat_refusal(name: str) -> str | None:
 
 
 def chat_help() -> str:
-    chats, bases = ([name for name, spec in PRETRAINED.items() if spec.chat is chat] for chat in (True, False))
-    refused = f"; refused for base models: {', '.join(bases)}" if bases else ""
-    return f"a user message in the model's chat template ({', '.join(chats)}{refused})"
+    """`--chat`'s help: the known models it serves (a base model refuses it with the reason: `chat_refusal`)."""
+    return f"a user message in the model's chat template ({', '.join(n for n, s in PRETRAINED.items() if s.chat)})"
 
 
 def _package_folders(package: str) -> list[Path]:

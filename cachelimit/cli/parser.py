@@ -129,8 +129,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, default_limit: int | None
         "model",
         nargs="?",
         metavar="MODEL",
-        help=f"a transformers model name or directory, {' or '.join(PRETRAINED)} (real, offline), or (default) the "
-        "built-in tiny model",
+        help=f"a transformers model name or directory, {'/'.join(PRETRAINED)} (real, offline), or (default) the built-in "
+        "tiny model",
     )
     parser.add_argument(
         "--max-new-tokens", type=token_count, default=200, metavar="N", help=f"{new_tokens} (default: 200)"
