@@ -28,7 +28,7 @@ def fake_conversion(monkeypatch, tmp_path: Path, dequantise: str = "tiny") -> Pa
     gguf = tmp_path / "fake-package" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     gguf.parent.mkdir(parents=True, exist_ok=True)
     gguf.write_bytes(b"GGUF" + bytes(60))
-    monkeypatch.setattr(pretrained, "gguf_path", lambda name="smollm2": gguf)
+    monkeypatch.setattr(pretrained, "gguf_pieces", lambda name="smollm2": [gguf])
     monkeypatch.setattr(pretrained, "check_readers", lambda name: None)
     monkeypatch.setattr(pretrained, "check_release", lambda name: None)
     version = importlib.metadata.version

@@ -18,7 +18,7 @@ from cachelimit.hf import compat
 
 @pytest.fixture
 def package_missing(monkeypatch):
-    spec = dataclasses.replace(PRETRAINED["smollm2"], package="cachelimit_no_such_package")
+    spec = dataclasses.replace(PRETRAINED["smollm2"], pieces=(("cachelimit_no_such_package", "model.gguf"),))
     monkeypatch.setitem(PRETRAINED, "smollm2", spec)
 
 
@@ -41,7 +41,7 @@ def test_missing_reader_names_the_install_command(monkeypatch):
 
 
 def test_unknown_name_is_a_value_error():
-    with pytest.raises(ValueError, match="unknown pretrained model 'gpt9'; known: smollm2"):
+    with pytest.raises(ValueError, match="unknown pretrained model 'gpt9'; known: gemma3, smollm2"):
         pretrained.load_pretrained("gpt9")
 
 

