@@ -71,6 +71,19 @@ class ScoredRows:
 
         return reused_prefix(self.memo, ("allowed", self.batch), keys, build, exact=self.fixed_shapes)
 
+    def column_tensor(self, column: int) -> torch.Tensor:
+        """[1] `column` as a fresh tensor, from one kept device counter that each call moves on (no host-to-device
+        copy, no table that grows with the run)."""
+        counter = self.memo.get("column")
+        if counter is None:
+            counter = self.memo["column"] = torch.full((1,), column, dtype=torch.long, device=self.num_real.device)
+        elif self.memo.get("column_at") != column:
+            counter.fill_(column)
+        self.memo["column_at"] = column + 1
+        current = counter.clone()
+        counter.add_(1)
+        return current
+
     def index(self, slot: int, width: int) -> torch.Tensor:
         """[1] `slot` as a tensor (a view into one kept `arange`): a compiled forward gets no int to guard on."""
 
@@ -138,7 +151,7 @@ def plan_decode(policy, rows: ScoredRows, real: torch.Tensor | None) -> ScoredPl
     plan.visible, plan.returned, plan.fixed_shapes, plan.memo = visible, returned, rows.fixed_shapes, rows.memo
     plan.evicting, plan.evict_after = not growing, start >= limit
     plan.write_index = rows.index(start, limit + 1) if growing else None
-    plan.columns = rows.index(start, start + 1)
+    plan.columns = rows.column_tensor(start)
     plan.protect_from = plan.columns + (1 - policy.protected)
     plan.new_real = real if real is not None else torch.ones_like(positions, dtype=torch.bool)
     plan.new_pin = torch.where(plan.new_real & (positions < policy.num_sinks), PINNED, plan.columns)
