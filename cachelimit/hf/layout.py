@@ -160,7 +160,15 @@ def fit(
 def check_scored_keys(model: torch.nn.Module, request: BoundedRequest) -> None:
     """KeyDiff scores the cached keys themselves: refuse a cache that holds something else (multi-head latent
     attention caches the compressed latent from 5.15.0 on; its keys are made from it per head at each step)."""
-    latent = getattr(model.config, "kv_lora_rank", None) is not None and MLA_CACHES_LATENT
+    mla = getattr(model.config, "kv_lora_rank", None) is not None
+    if mla and not MLA_CACHES_LATENT:
+        require(
+            f"cache_policy={request.policy.name!r} on {type(model).__name__} (multi-head latent attention: before "
+            "5.15.0 its cache holds per-head keys built from the latent, where the slow reference and cachelimit "
+            "disagree on evictions, so it is not served)",
+            "5.15.0",
+        )
+    latent = mla and MLA_CACHES_LATENT
     if latent and request.policy.name == "keydiff":
         raise ValueError(
             f"cache_policy='keydiff' cannot serve {type(model).__name__} on this transformers release: its cache holds "
