@@ -50,3 +50,26 @@ def int_list(text: str) -> list[int]:
     if not parts:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
     return [count()(part) for part in parts]
+
+
+def name_list(allowed: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """A comma-separated list of names from `allowed` (`--variants a,b`); an unknown or empty one is refused."""
+
+    def parse(text: str) -> list[str]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [name for name in names if name not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {unknown or text!r}; choose from {', '.join(allowed)}")
+        return names
+
+    return parse
+
+
+def count_or_all(value: str) -> int | None:
+    """A token count of at least 2, or `all` (None: the whole text)."""
+    if value == "all":
+        return None
+    try:
+        return count(2)(value)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("must be ", "must be `all` or ", 1)) from None

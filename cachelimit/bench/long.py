@@ -15,21 +15,10 @@ import os
 import sys
 from pathlib import Path
 
-from .arguments import OneLineErrors, count, int_list, settings_or_exit, threads
+from .arguments import OneLineErrors, count, int_list, name_list, settings_or_exit, threads
 
 DTYPES = ("float32", "bfloat16")
 PARTS = ("steps", "prefill")
-
-
-def _names(allowed: tuple[str, ...]):
-    def parse(text: str) -> list[str]:
-        names = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = [name for name in names if name not in allowed]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {unknown or text!r}; choose from {', '.join(allowed)}")
-        return names
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         "peak memory with and without --prefill-chunk. Writes results.json, table.md and step_cost.png to --out.",
     )
     parser.add_argument("--out", type=Path, default=Path("docs/long"), help="output folder (default: docs/long)")
-    parser.add_argument("--dtypes", type=_names(DTYPES), default=list(DTYPES), help="float32,bfloat16 (both)")
+    parser.add_argument("--dtypes", type=name_list(DTYPES), default=list(DTYPES), help="float32,bfloat16 (both)")
     parser.add_argument("--lengths", type=int_list, default=[2048, 8192, 16384, 32768], help="total lengths T")
     parser.add_argument("--limit", type=count(), default=1024, help="cache_limit L (default 1024)")
     parser.add_argument("--sinks", type=count(0), default=4, help="sinks of the sink variant (default 4)")
@@ -49,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefill-lengths", type=int_list, default=[2048, 8192], help="prompt lengths to prefill")
     parser.add_argument("--prefill-chunk", type=count(), default=1024, help="prefill_chunk_size (default 1024)")
     parser.add_argument("--prefill-repeats", type=count(), default=1, help="fresh processes per prefill case (1)")
-    parser.add_argument("--parts", type=_names(PARTS), default=list(PARTS), help="steps,prefill (both)")
+    parser.add_argument("--parts", type=name_list(PARTS), default=list(PARTS), help="steps,prefill (both)")
     parser.add_argument("--threads", type=threads, default=1, help="torch threads (default 1)")
     parser.add_argument("--seed", type=count(0), default=0, help="seed of the random keys and ids")
     return parser

@@ -34,7 +34,7 @@ from ..cli.flag_types import MAX_SEED, int_in_range
 from ..cli.pretrained import MissingModelError, load_pretrained
 from ..core.cache import kv_bytes
 from ..families.patching import patch
-from .arguments import OneLineErrors, count, int_list, threads
+from .arguments import OneLineErrors, count, count_or_all, int_list, threads
 from .progress import RunProgress
 from .quality_report import perplexity, write_report
 from .scoring import (  # noqa: F401  (the scoring functions were first defined here; they stay reachable)
@@ -72,16 +72,6 @@ def _journal(path: Path) -> dict:
     return {record["key"]: record for record in records}
 
 
-def _token_count(value: str) -> int | None:
-    """`--tokens`: a positive count, or `all` (None: the whole text)."""
-    if value == "all":
-        return None
-    try:
-        return count(2)(value)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(str(error).replace("must be ", "must be `all` or ", 1)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrors(
         prog="cachelimit bench --quality",
@@ -93,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--text", type=Path, help="a UTF-8 text file (default: pydoc_data.topics, every Python ships it)"
     )
     parser.add_argument(
-        "--tokens", type=_token_count, default=4096, help="text tokens to score, or `all` (default: 4096)"
+        "--tokens", type=count_or_all, default=4096, help="text tokens to score, or `all` (default: 4096)"
     )
     parser.add_argument(
         "--dense-tokens",
-        type=_token_count,
+        type=count_or_all,
         default=SAME_AS_TOKENS,
         help="text tokens for the dense runs, or `all` (default: --tokens); a dense cache grows with the text, "
         "so a long text is scored by the bounded runs and a shorter prefix by the dense one",

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..cli.flag_types import MAX_SEED, int_in_range
-from .arguments import OneLineErrors, count, int_list, threads
+from .arguments import OneLineErrors, count, count_or_all, int_list, threads
 
 CASES = ("passkey", "text", "chat", "ppl")
 PREFILLS = ("whole", "chunked")
@@ -54,15 +54,6 @@ def percents(text: str) -> list[int]:
     return [int_in_range(0, 100)(part) for part in parts]
 
 
-def _tokens(value: str) -> int | None:
-    if value == "all":
-        return None
-    try:
-        return count(2)(value)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(str(error).replace("must be ", "must be `all` or ", 1)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     from .recall_run import VARIANTS
 
@@ -86,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--turn-tokens", type=count(), default=256, help="chat: tokens of each other turn's message (default: 256)")
     add("--turn-answer-tokens", type=count(), default=16, help="chat: new tokens per other turn (default: 16)")
     add("--answer-tokens", type=count(), default=10, help="new tokens of the answer to the question (default: 10)")
-    add("--ppl-tokens", type=_tokens, default=None, help="ppl: text tokens, or `all` (default: all, 113,107)")
+    add("--ppl-tokens", type=count_or_all, default=None, help="ppl: text tokens, or `all` (default: all, 113,107)")
     add("--ppl-chunk", type=count(), default=256, help="ppl: prefill_chunk_size (default: 256)")
     add("--protected", type=count(0), default=None, help="a scored policy's protected window (default: its own)")
     add("--model", choices=("smollm2", "tiny"), default="smollm2", help="tiny: the built-in random model (tests)")

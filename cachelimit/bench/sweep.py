@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import report as bench_report
 from . import runner
-from .arguments import OneLineErrors, int_list, settings_or_exit, threads
+from .arguments import OneLineErrors, int_list, name_list, settings_or_exit, threads
 from .cap import CAP_PROMPT, cap_variants
 
 VARIANTS = {
@@ -39,17 +39,6 @@ LONG_VARIANTS = ("dynamic", "native_sliding", "cachelimit", "ideal")
 FULL = {"shape": "full", "limits": [128, 512, 1024, 2048], "batches": [1, 4], "tokens": 128, "long_tokens": 8192}
 FULL["cap_tokens"] = 512
 QUICK = {"shape": "quick", "limits": [128, 512], "batches": [1], "tokens": 48, "long_tokens": 768, "cap_tokens": 128}
-
-
-def _choices(allowed: tuple[str, ...]):
-    def parse(text: str) -> list[str]:
-        names = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = [name for name in names if name not in allowed]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {unknown or text!r}; choose from {', '.join(allowed)}")
-        return names
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cap-only", action="store_true", help="run only the cap scenario (no grid, no long run)")
     parser.add_argument("--limits", type=int_list, help="cache limits L, e.g. 128,512,1024,2048")
     parser.add_argument("--batches", type=int_list, help="batch sizes, e.g. 1,4")
-    parser.add_argument("--models", type=_choices(MODELS), default=list(MODELS), help="mistral,gpt2")
-    parser.add_argument("--variants", type=_choices(tuple(VARIANTS)), default=list(VARIANTS), help=",".join(VARIANTS))
+    parser.add_argument("--models", type=name_list(MODELS), default=list(MODELS), help="mistral,gpt2")
+    parser.add_argument("--variants", type=name_list(tuple(VARIANTS)), default=list(VARIANTS), help=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and prompts")
     parser.add_argument(
         "--threads", type=threads, default=None, help="torch threads per run (default: torch's default)"
