@@ -11,8 +11,31 @@ from dataclasses import dataclass, field
 import torch
 
 
+class ReusedTensors:
+    """The tensors a decode step reuses instead of building (its all-true visibility, the slot it writes as a tensor),
+    kept in `memo` for the rows they are for; shared by every policy's rows (`num_real`, `batch`, `fixed_shapes`)."""
+
+    def all_true(self, keys: int) -> torch.Tensor:
+        """The [B, 1, keys] all-true visibility of a decode step that reads every slot: a view of one kept tensor,
+        rebuilt (at least twice as wide) only when the keys outgrow it, so growing costs O(1) per token."""
+        return reused_prefix(self.memo, ("allowed", self.batch), keys, self._all_true, exact=self.fixed_shapes)
+
+    def _all_true(self, width: int) -> torch.Tensor:
+        return torch.ones(self.batch, 1, width, dtype=torch.bool, device=self.num_real.device)
+
+    def write_index(self, sinks: int, slot: int, capacity: int) -> torch.Tensor:
+        """[1] the buffer slot (`sinks + slot`) a decode step writes, as a tensor on the rows' device: a view into one
+        kept `arange` of the allocated slots, so that a step makes no host-to-device copy (a pageable copy waits for
+        the device) and a compiled forward gets a tensor, not an int to guard on."""
+        column = sinks + slot
+        return reused_prefix(self.memo, "slots", sinks + capacity, self._slot_table)[column : column + 1]
+
+    def _slot_table(self, width: int) -> torch.Tensor:
+        return torch.arange(width, device=self.num_real.device)
+
+
 @dataclass
-class RowState:
+class RowState(ReusedTensors):
     """Per row: real tokens seen, where its sinks are, which ring slots hold real tokens; plus bounds over all rows
     that tell when a decode step may read every slot (its mask is then all-true: see `core.window_plan`)."""
 
@@ -72,24 +95,6 @@ class RowState:
         self.ring_real = self.ring_real.index_select(0, index)
         if self.first_real_column is not None:
             self.first_real_column = self.first_real_column.index_select(0, index)
-
-    def all_true(self, keys: int) -> torch.Tensor:
-        """The [B, 1, keys] all-true visibility of a decode step that reads every slot: a view of one kept tensor,
-        rebuilt (at least twice as wide) only when the keys outgrow it, so growing costs O(1) per token."""
-        return reused_prefix(self.memo, ("allowed", self.batch), keys, self._all_true, exact=self.fixed_shapes)
-
-    def _all_true(self, width: int) -> torch.Tensor:
-        return torch.ones(self.batch, 1, width, dtype=torch.bool, device=self.num_real.device)
-
-    def write_index(self, sinks: int, slot: int, capacity: int) -> torch.Tensor:
-        """[1] the buffer slot (`sinks + slot`) a decode step writes, as a tensor on the rows' device: a view into one
-        kept `arange` of the allocated slots, so that a step makes no host-to-device copy (a pageable copy waits for
-        the device) and a compiled forward gets a tensor, not an int to guard on."""
-        column = sinks + slot
-        return reused_prefix(self.memo, "slots", sinks + capacity, self._slot_table)[column : column + 1]
-
-    def _slot_table(self, width: int) -> torch.Tensor:
-        return torch.arange(width, device=self.num_real.device)
 
 
 def reused_prefix(memo: dict, key, width: int, build, exact: bool = False) -> torch.Tensor:

@@ -22,14 +22,14 @@ import torch
 
 from .plan import StepPlan
 from .ring import grown_capacity
-from .rows import reused_prefix
+from .rows import ReusedTensors
 
 #: the pin of a slot never evicted (a sink; an empty slot): above any column (`core.scored_layer`)
 PINNED = 2**62
 
 
 @dataclass
-class ScoredRows:
+class ScoredRows(ReusedTensors):
     """Per row, between forwards: real tokens seen, which held slots are real, and which slot is free when every
     head frees the same one (`free_row`, -1 when each head has its own: the row has evicted a real token)."""
 
@@ -65,12 +65,6 @@ class ScoredRows:
         self.slot_real = self.slot_real.index_select(0, index)
         self.free_row = self.free_row.index_select(0, index)
 
-    def all_true(self, keys: int) -> torch.Tensor:
-        def build(width: int) -> torch.Tensor:
-            return torch.ones(self.batch, 1, width, dtype=torch.bool, device=self.num_real.device)
-
-        return reused_prefix(self.memo, ("allowed", self.batch), keys, build, exact=self.fixed_shapes)
-
     def column_tensor(self, column: int) -> torch.Tensor:
         """[1] `column` as a fresh tensor, from one kept device counter that each call moves on (no host-to-device
         copy, no table that grows with the run)."""
@@ -83,14 +77,6 @@ class ScoredRows:
         current = counter.clone()
         counter.add_(1)
         return current
-
-    def index(self, slot: int, width: int) -> torch.Tensor:
-        """[1] `slot` as a tensor (a view into one kept `arange`): a compiled forward gets no int to guard on."""
-
-        def build(size: int) -> torch.Tensor:
-            return torch.arange(size, device=self.num_real.device)
-
-        return reused_prefix(self.memo, "slots", width, build)[slot : slot + 1]
 
 
 @dataclass(eq=False)
@@ -150,7 +136,7 @@ def plan_decode(policy, rows: ScoredRows, real: torch.Tensor | None) -> ScoredPl
     plan = ScoredPlan(start=start, num_new=1, decode=True, capacity=capacity, positions=positions, allowed=None)
     plan.visible, plan.returned, plan.fixed_shapes, plan.memo = visible, returned, rows.fixed_shapes, rows.memo
     plan.evicting, plan.evict_after = not growing, start >= limit
-    plan.write_index = rows.index(start, limit + 1) if growing else None
+    plan.write_index = rows.write_index(0, start, limit + 1) if growing else None
     plan.columns = rows.column_tensor(start)
     plan.protect_from = plan.columns + (1 - policy.protected)
     plan.new_real = real if real is not None else torch.ones_like(positions, dtype=torch.bool)
