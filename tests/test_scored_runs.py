@@ -25,33 +25,28 @@ def test_eager_refused_there():
         model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_limit=8, cache_policy="tova", pad_token_id=0)
 
 
+def greedy(model, ids, mask, new_tokens: int, **options):
+    """A greedy bounded run at L = 8 that returns its logits (`options`: the policy, a cache to continue, ...)."""
+    return model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=new_tokens,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+        **{"cache_limit": 8, **options},
+    )
+
+
 def test_protected_window_is_the_window():
     """With every position but one protected (`protected = L - S`), KeyDiff must keep exactly the window with sinks:
     the same logits as the window policy (which, without RoPE sink moves, is a plain cut)."""
     model = tiny_llama()
     ids, mask = prompt(2, 9, (0, 3))
     with cachelimit.patched("llama"):
-        window = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=20,
-            do_sample=False,
-            cache_limit=8,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-        scored = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=20,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy=KeyDiff(protected=8),
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
+        window = greedy(model, ids, mask, 20)
+        scored = greedy(model, ids, mask, 20, cache_policy=KeyDiff(protected=8))
     torch.testing.assert_close(torch.stack(scored.logits), torch.stack(window.logits), rtol=0, atol=1e-9)
 
 
@@ -94,37 +89,12 @@ def test_continuation_matches_one_call():
     model = tiny_llama()
     ids, mask = prompt(2, 10, (0, 2))
     with cachelimit.patched("llama"):
-        whole = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=24,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy="keydiff",
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
-        first = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=12,
-            do_sample=False,
-            cache_limit=8,
-            cache_policy="keydiff",
-            return_dict_in_generate=True,
-            pad_token_id=0,
-        )
+        whole = greedy(model, ids, mask, 24, cache_policy="keydiff")
+        first = greedy(model, ids, mask, 12, cache_policy="keydiff")
         more_mask = torch.cat([mask, torch.ones(2, 12, dtype=mask.dtype)], 1)
-        second = model.generate(
-            first.sequences,
-            attention_mask=more_mask,
-            max_new_tokens=12,
-            do_sample=False,
-            output_logits=True,
-            return_dict_in_generate=True,
-            pad_token_id=0,
-            **{CACHE_ARGUMENT: returned_cache(first)},
+        # continued without restating the limit or the policy: the returned cache carries them
+        second = greedy(
+            model, first.sequences, more_mask, 12, cache_limit=None, **{CACHE_ARGUMENT: returned_cache(first)}
         )
     torch.testing.assert_close(second.sequences, whole.sequences)
     torch.testing.assert_close(torch.stack(second.logits), torch.stack(whole.logits[12:]), rtol=0, atol=1e-9)
