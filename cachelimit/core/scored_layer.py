@@ -92,15 +92,20 @@ class ScoredLayer(BoundedLayer):
             return self._decode(plan, key_states, value_states)
         return self._forward(plan, key_states, value_states)
 
-    def _decode(self, plan: ScoredPlan, key_states, value_states):
-        heads = self.keys.shape[1]
-        new = {
+    @staticmethod
+    def _new_slots(plan: ScoredPlan, key_states, value_states) -> dict[str, torch.Tensor]:
+        """What the new tokens put in their slots: keys, values and, per head, their column, realness and pin."""
+        batch, heads, num_new = key_states.shape[:3]
+        return {
             "keys": key_states,
             "values": value_states,
-            "column": plan.columns.expand(plan.new_real.shape[0], heads, 1),
+            "column": plan.columns.expand(batch, heads, num_new),
             "real": plan.new_real[:, None, :].expand(-1, heads, -1),
             "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
         }
+
+    def _decode(self, plan: ScoredPlan, key_states, value_states):
+        new = self._new_slots(plan, key_states, value_states)
         if plan.evicting:
             slot = self.free[:, :, None]
             for name, states in new.items():
@@ -161,16 +166,9 @@ class ScoredLayer(BoundedLayer):
         }
 
     def _forward(self, plan: ScoredPlan, key_states, value_states):
-        heads = key_states.shape[1]
-        batch, num_new = plan.new_real.shape
+        num_new = key_states.shape[2]
         past = self._past(plan)
-        new = {
-            "keys": key_states,
-            "values": value_states,
-            "column": plan.columns.expand(batch, heads, -1),
-            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
-            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
-        }
+        new = self._new_slots(plan, key_states, value_states)
         every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
         keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
         if plan.evict_after:
