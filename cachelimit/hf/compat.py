@@ -257,9 +257,17 @@ DUMMY_LAYER = getattr(cache_utils, "DummyLayer", None)
 def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
     """transformers' cache layer type of every decoder layer and its layer class's keyword arguments: attention types,
     recurrent states ("linear_attention", "conv"), both ("hybrid": Zamba 2, Falcon-H1), "dummy" (keeps nothing). From
-    5.14.0 transformers' own `get_layer_types_and_kwargs`; before, attention layers and KV sharing only."""
+    5.14.0 transformers' own `get_layer_types_and_kwargs` (5.14.0 to 5.18.0: one keyword dict for every layer class,
+    and the trailing KV-sharing layers left out; from 5.19.0: a dict per layer, sharing layers as "dummy"); before,
+    attention layers and KV sharing only."""
     if hasattr(cache_utils, "get_layer_types_and_kwargs"):
-        return cache_utils.get_layer_types_and_kwargs(config)
+        layer_types, layer_kwargs = cache_utils.get_layer_types_and_kwargs(config)
+        if isinstance(layer_kwargs, list):
+            return layer_types, layer_kwargs
+        layer_types = list(layer_types) + [""] * (config.num_hidden_layers - len(layer_types))
+        shared = kv_shared_layers(config)
+        layer_types = ["dummy" if reuse else kind for kind, reuse in zip(layer_types, shared, strict=True)]
+        return layer_types, [dict(layer_kwargs) for _ in layer_types]
     window = getattr(config, "sliding_window", None)
     uniform = "sliding_attention" if isinstance(window, int) and window > 0 else "full_attention"
     layer_types = list(getattr(config, "layer_types", None) or [uniform] * config.num_hidden_layers)
