@@ -150,10 +150,10 @@ class FamilyTestBase:
     tiny_config: dict = {}
     #: the attention implementations transformers gives this family (some refuse SDPA)
     attention: tuple[str, ...] = ATTENTION
-    #: one line for the README table: what is particular about this family
+    #: one line for the families table (docs/models.md): what is particular about this family
     notes: str = ""
     #: where the family refuses `num_sink_tokens` (its keys cannot be moved exactly): a phrase of the reason its
-    #: ValueError gives (the tests expect it, the README's "sinks" column shows it); "" where sinks are served
+    #: ValueError gives (the tests expect it, the families table's "sinks" column shows it); "" where sinks are served
     sink_refusal: str = ""
 
     @property

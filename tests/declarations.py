@@ -1,8 +1,8 @@
 """The family test declarations (`tests/models/test_<family>.py`), found by discovery, never listed by hand.
 
 Each declaration is one `unittest.TestCase` naming its `family` and mixing in the shared suites; what it mixes in
-says how the family is verified (`tests/test_families.py` checks every registered family has one, and the README
-table against both).
+says how the family is verified (`tests/test_families.py` checks every registered family has one, and the families
+table of docs/models.md against both).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def verified_against(name: str) -> list[str]:
 
 
 def supported_families_table() -> str:
-    """The README's "Supported families" table, from the registry and the test declarations."""
+    """The families table of docs/models.md, from the registry and the test declarations."""
     rows = [
         "| family (`model_type`) | class | positions | native window | sinks | verified against | notes |",
         "| --- | --- | --- | --- | --- | --- | --- |",

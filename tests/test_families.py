@@ -14,7 +14,7 @@ from cachelimit.hf import compat
 from tests.common import build_tiny_model, left_padded_batch, not_served_here
 from tests.declarations import declared_tests, representative_families, supported_families_table
 from tests.family_mixin import FamilyOracleMixin
-from tests.readme_table import README, readme_with_table
+from tests.readme_table import MODELS_PAGE, page_with_table
 from tests.sink_mixin import SinkTesterMixin
 
 
@@ -95,15 +95,16 @@ class RegistryTest(unittest.TestCase):
                 cachelimit.patch("llama")
 
 
-class ReadmeTest(unittest.TestCase):
+class ModelsPageTest(unittest.TestCase):
     @unittest.skipUnless(compat.at_least("5.0.0"), "generated on 5.x: 4.x configs spell Gemma 3's RoPE bases apart")
     def test_supported_families_table_matches_the_registry(self):
+        """The table of docs/models.md, the one place that lists every family with how it is verified."""
         missing = {name: family.missing for name, family in SERVED_TYPES.items() if family.missing}
-        if missing:  # generated where every family is available (the README pin)
+        if missing:  # generated where every family is available (the README test command's pin)
             self.skipTest(f"the table lists families transformers {compat.TRANSFORMERS} lacks: {sorted(missing)}")
-        text = README.read_text()
+        text = MODELS_PAGE.read_text(encoding="utf-8")
         self.assertIn(supported_families_table(), text)
-        self.assertEqual(readme_with_table(text), text, "regenerate it: python -m tests.readme_table")
+        self.assertEqual(page_with_table(text), text, "regenerate it: python -m tests.readme_table")
         for name in cachelimit.supported_families():
             self.assertIn(f"| `{name}` |", text)
 

@@ -16,7 +16,10 @@ from cachelimit.cli import pretrained
 from cachelimit.cli.known_models import PRETRAINED, MissingModelError, known
 from cachelimit.cli.model_argument import LoadError, load_model, resolve_source
 
-README = Path(__file__).resolve().parent.parent.joinpath("README.md").read_text()
+#: the page that gives each real model's install command
+GETTING_STARTED = (
+    Path(__file__).resolve().parent.parent.joinpath("docs", "getting-started.md").read_text(encoding="utf-8")
+)
 NAMES = sorted(PRETRAINED)
 BASE_MODELS = [name for name, spec in sorted(PRETRAINED.items()) if not spec.chat]
 
@@ -27,7 +30,7 @@ def without_package(monkeypatch, name: str) -> None:
 
 
 def test_the_known_models():
-    """What the README and the issue name: SmolLM2 (a Llama with a chat template) and Gemma 3 270M (a base model)."""
+    """What the docs (Getting started) and the issue name: SmolLM2 (a Llama with a chat template) and Gemma 3 270M (a base model)."""
     assert {name: (spec.model_type, spec.chat) for name, spec in PRETRAINED.items()} == {
         "smollm2": ("llama", True),
         "gemma3": ("gemma3_text", False),
@@ -48,8 +51,8 @@ def test_an_unknown_name_lists_the_known_ones():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_readme_gives_the_install_command(name):
-    assert PRETRAINED[name].install in README
+def test_the_getting_started_page_gives_the_install_command(name):
+    assert PRETRAINED[name].install in GETTING_STARTED
 
 
 @pytest.mark.parametrize("name", NAMES)

