@@ -67,6 +67,23 @@ class RecurrentOracleMixin(OracleHelpers, SinkHelpers):
             for own, other in zip(state_tensors(mine), state_tensors(theirs), strict=True):
                 self.assertTrue(torch.equal(own, other), f"layer {index}")
 
+    def test_every_layer_index_answers_the_tokens_seen(self):
+        """Asked the length or the mask sizes of any layer, a recurrent one included, the cache answers with its
+        bounded layers' (transformers 5.14.0-5.22.0 build the full-attention mask from the first layer that is not
+        sliding, which can be a recurrent one; transformers refuses to read a recurrent layer's length)."""
+        model = self.build(layers=3)
+        ids, mask = left_padded_batch([9, 5], seed=1)
+        cache = returned_cache(self.generate(model, ids, mask, 4))
+        bounded = [index for index, layer in enumerate(cache.layers) if isinstance(layer, BoundedLayer)]
+        others = [index for index, layer in enumerate(cache.layers) if not isinstance(layer, BoundedLayer)]
+        if not others:
+            self.skipTest("every layer of this model is a bounded one (hybrid layers hold the state)")
+        expected = cache.get_seq_length(bounded[0])
+        self.assertEqual(expected, ids.shape[1] + NEW - 1)  # columns stored: the last token is not written yet
+        for index in others:
+            self.assertEqual(cache.get_seq_length(index), expected, f"layer {index}")
+            self.assertEqual(cache.get_mask_sizes(1, index), cache.get_mask_sizes(1, bounded[0]), f"layer {index}")
+
     def test_whole_cache_is_constant_once_the_window_is_full(self):
         """Bytes held (keys, values and recurrent states) after every forward: they stop growing once the attention
         layers' rings are full (L + 1 = 5 slots) and stay the same to the end; an unbounded run's keep growing."""

@@ -244,6 +244,23 @@ class BoundedCache(Cache):
                 f"`generate` appended (from column {self.generated_from} on) as real: its output cannot be trusted."
             )
 
+    def attention_index(self, layer_idx: int) -> int:
+        """`layer_idx`, or the first bounded layer where it names a layer the bound leaves alone (a recurrent state):
+        every bounded layer has seen the same tokens. transformers 5.14.0 to 5.22.0 build the full-attention mask
+        from the first layer that is not sliding, which in this cache (bounded layers say they are sliding) can be a
+        recurrent one, whose length transformers then refuses to read."""
+        if layer_idx < len(self.layers) and not isinstance(self.layers[layer_idx], BoundedLayer):
+            return next(
+                (index for index, layer in enumerate(self.layers) if isinstance(layer, BoundedLayer)), layer_idx
+            )
+        return layer_idx
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return super().get_seq_length(self.attention_index(layer_idx))
+
+    def get_mask_sizes(self, query_length, layer_idx: int = 0, *args, **kwargs) -> tuple[int, int]:
+        return super().get_mask_sizes(query_length, self.attention_index(layer_idx), *args, **kwargs)
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if not self.groups:  # a hand-built cache used outside a bounded `generate`
             raise RuntimeError(UNFITTED)

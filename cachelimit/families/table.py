@@ -34,6 +34,7 @@ PHIMOE_4X = ("4.x PhiMoE's rotary and window mask are its own", "MODELING_TAKES_
 QWEN2_MOE_4X = ("4.x Qwen2-MoE's window mask is its own", "MODELING_TAKES_MASKS")
 XGLM_4X = ("4.x XGLM requires a 4D mask as wide as the past", "MODELING_TAKES_MASKS")
 SHARED_KV = ("KV-sharing layers that read `shared_kv_states`", "SHARED_KV_STATES")
+QWEN3_5_ROTARY = ("Qwen 3.5's text rotary on 2D positions (before: 3D multimodal ones only)", "QWEN3_5_TEXT_ROTARY")
 
 TABLE: tuple[Family, ...] = (
     rope("afmoe", "AfmoeForCausalLM", rotary_layers=rotaries("local_layers_rotate")),  # full layers are NoPE
@@ -149,8 +150,8 @@ TABLE: tuple[Family, ...] = (
     # 4.x Qwen2-MoE builds its own window mask and slides the layers from max_window_layers on (no layer_types)
     rope("qwen2_moe", "Qwen2MoeForCausalLM", since=QWEN2_MOE_4X),
     rope("qwen3", "Qwen3ForCausalLM"),
-    rope("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", since=RECURRENT),
-    rope("qwen3_5_text", "Qwen3_5ForCausalLM", since=RECURRENT),  # gated delta net layers
+    rope("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", since=QWEN3_5_ROTARY),
+    rope("qwen3_5_text", "Qwen3_5ForCausalLM", since=QWEN3_5_ROTARY),  # gated delta net layers
     rope("qwen3_moe", "Qwen3MoeForCausalLM"),
     rope("qwen3_next", "Qwen3NextForCausalLM", since=RECURRENT),
     rope("seed_oss", "SeedOssForCausalLM"),

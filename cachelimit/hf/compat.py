@@ -239,11 +239,17 @@ SHARED_KV_STATES = "5.6.0"
 # --- 5.13.0: models with recurrent layers (SSM, linear attention, short convolutions) take their padding mask in the
 # per-layer-type mask dict (`create_recurrent_attention_mask`; before, they read the 2D mask they were given); 5.14.0:
 # their cache is built from layers (`get_layer_types_and_kwargs`, `LinearAttentionLayer`; 4.x: cache classes of their
-# own). They are served from 5.14.0 on. 5.15.0: their mixers carry the cached state through a forward of several
-# tokens after the first (5.14.0's LFM2, Nemotron-H and Zamba 2 read it but misapply it: measured), where they do at
-# all (`hf.recurrent_state` probes which); a chunked prefill or new text after a cache needs it.
-RECURRENT_LAYERS = "5.14.0"
+# own). 5.15.0: their mixers carry the cached state through a forward of several tokens after the first (5.14.0's
+# LFM2, Nemotron-H and Zamba 2 read it but misapply it: measured), where they do at all (`hf.recurrent_state` probes
+# which); a chunked prefill or new text after a cache needs it. They are served from 5.15.0 on: on 5.14.0 the suite's
+# recurrent cases failed in more ways than that (Nemotron-H's MLP blocks have no cache layer class there, Zamba 2's
+# mask dict is read as a tensor, transformers' own runs of one prompt disagree; measured 2026-12-02).
+RECURRENT_LAYERS = "5.15.0"
 RECURRENT_STATE_CARRIED = "5.15.0"
+
+# --- 5.19.0: Qwen 3.5's text models (gated delta net and attention layers) rotate by 2D positions; before, their
+# rotary took the 3D positions of the multimodal model only (measured on 5.18.0: an IndexError on sink keys' positions).
+QWEN3_5_TEXT_ROTARY = "5.19.0"
 
 # --- 5.15.0: DeepSeek V2/V3 (MLA) cache the compressed latent as keys and the shared rotary key as values; before,
 # the keys were `[nope | rope]` per head and the values had their own head dimension.
@@ -274,6 +280,14 @@ def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
     shared = kv_shared_layers(config)
     layer_types = ["dummy" if reuse else kind for kind, reuse in zip(layer_types, shared, strict=True)]
     return layer_types, [{} for _ in layer_types]
+
+
+def placeholder_types() -> tuple[str, ...]:
+    """Cache layer types of layers without attention (Nemotron-H's MLP and MoE blocks) that the release gives a
+    placeholder layer of its own class, kept in the cache so the layer indices line up (before 5.23.0; from 5.23.0
+    transformers reads them as "dummy")."""
+    mapping = getattr(cache_utils, "DYNAMIC_LAYER_TYPE_MAPPING", {})
+    return tuple(kind for kind in ("moe", "mlp") if kind in mapping)
 
 
 def kv_shared_layers(config) -> list[bool]:

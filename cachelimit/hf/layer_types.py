@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .compat import cache_layer_types
+from .compat import cache_layer_types, placeholder_types
 
 FULL, SLIDING, CHUNKED = "full_attention", "sliding_attention", "chunked_attention"
 BOUNDED = (FULL, SLIDING, CHUNKED)
@@ -52,7 +52,7 @@ def layer_kinds(config) -> list[LayerKind]:
             kinds.append(LayerKind(layer_type))
         elif layer_type in HYBRID:
             kinds.append(LayerKind(HYBRID[layer_type], "linear_attention", kwargs))
-        elif layer_type in RECURRENT or layer_type == NOTHING:
+        elif layer_type in RECURRENT or layer_type == NOTHING or layer_type in placeholder_types():
             kinds.append(LayerKind(None, layer_type, kwargs))
         else:
             served = ", ".join(repr(kind) for kind in (*BOUNDED, *RECURRENT, *HYBRID, NOTHING))
