@@ -107,8 +107,11 @@ def main() -> None:
         if cache is not None:
             arguments[CACHE] = cache  # continue it: only the tokens it has not read are read
         out = model.generate(**arguments)
+        carried = getattr(out, CACHE) is cache  # a continued cache is returned, grown by this turn
         history, cache = out.sequences, getattr(out, CACHE)
         print(tokenizer.decode(history[0, ids.shape[1] :], skip_special_tokens=True).strip())
+        if turn > 1:
+            print(f"[turn {turn}] continued the last turn's cache: {carried}")
         print(f"[turn {turn}] cache: {held_positions(cache)} positions per layer after {history.shape[1]} tokens "
               f"(limit {LIMIT})")  # fmt: skip
 

