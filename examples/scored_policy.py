@@ -8,8 +8,9 @@
 The window forgets whatever leaves it; a scored policy keeps, per layer and KV head, the positions whose keys score
 as most worth keeping, besides the sinks and the most recent `protected` positions, in the same LIMIT positions per
 layer. So a fact from the start of a long prompt can survive a small cache. "keydiff" needs only the keys (any
-attention implementation); "tova" and "snapkv" score with the query's attention (SDPA, flex; eager from transformers 5.12.1). A policy
-object sets its parameters: `cache_policy=cachelimit.core.eviction.SnapKV(protected=16, window=32, kernel=7)`.
+attention implementation); "tova" and "snapkv" score with the query's attention (SDPA, flex; eager from
+transformers 5.12.1). A policy object sets its parameters:
+`cache_policy=cachelimit.core.eviction.SnapKV(protected=16, window=32, kernel=7)`.
 The prompt is longer than the cache, so the policy chooses from the first forward on; the script answers with
 the window first, then with the policy (both within LIMIT positions per layer).
 SmolLM2-135M at 64 positions finds the key with neither; what each policy buys at which budget is measured by
