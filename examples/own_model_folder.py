@@ -1,4 +1,4 @@
-"""Your own model from a local folder: `from_pretrained(FOLDER)`, `cachelimit.patch()`, a bounded `generate` with sinks.
+"""Your own model from a local folder: `from_pretrained(FOLDER)`, `cachelimit.patch()`, a bounded `generate`, sinks.
 
     python examples/own_model_folder.py /path/to/your/model    # a folder with config.json, weights and tokenizer
     python examples/own_model_folder.py                        # SmolLM2, saved to a temporary folder first

@@ -1,4 +1,4 @@
-"""transformers' `pipeline("text-generation", ...)` with a bounded cache: `cache_limit` is passed through to `generate`.
+"""transformers' `pipeline("text-generation", ...)` with a bounded cache: `cache_limit` passes through to `generate`.
 
     python examples/pipeline_text_generation.py              # SmolLM2-135M-Instruct, offline
     python examples/pipeline_text_generation.py MODEL        # a model folder or a Hub name

@@ -61,10 +61,11 @@ def main() -> None:
             **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, return_dict_in_generate=True, **bound
         )
 
-    settings = {
-        "window": ({"window_length": WINDOW}, {"cache_limit": WINDOW - 1}),
-        "sink": ({"window_length": WINDOW, "num_sink_tokens": SINKS}, {"cache_limit": WINDOW - 1, "num_sink_tokens": SINKS}),
-    }  # fmt: skip
+    window_only, with_sinks = {"window_length": WINDOW}, {"window_length": WINDOW, "num_sink_tokens": SINKS}
+    settings = {  # name: (the setting, the same bound spelled per call)
+        "window": (window_only, {"cache_limit": WINDOW - 1}),
+        "sink": (with_sinks, {"cache_limit": WINDOW - 1, "num_sink_tokens": SINKS}),
+    }
     for name, (setting, per_call) in settings.items():
         model.set_cache_implementation(name, **setting)
         out = generate()  # a plain generate: the model's setting bounds it
@@ -73,8 +74,8 @@ def main() -> None:
         same = out.sequences.tolist() == explicit.sequences.tolist()
         print(f"{name} {setting}: same tokens as generate(..., {per_call}): {same}")
         print(tokenizer.decode(out.sequences[0], skip_special_tokens=True))
-        print(f"cache: {held_positions(getattr(out, CACHE))} positions per layer after {out.sequences.shape[1]} tokens "
-              f"(limit {WINDOW - 1})")  # fmt: skip
+        held, tokens = held_positions(getattr(out, CACHE)), out.sequences.shape[1]
+        print(f"cache: {held} positions per layer after {tokens} tokens (limit {WINDOW - 1})")
 
     unbounded = getattr(generate(), CACHE)
     print(f"after set_cache_implementation('dynamic'), unbounded: {held_positions(unbounded)} positions per layer")
