@@ -6,6 +6,9 @@ pyproject.toml's filterwarnings turns into an error; reading `output.past_key_va
 (`logger.warning_once` in transformers/utils/generic.py), which no warnings filter sees. `CacheNameNotice` makes that
 notice a FutureWarning with the same text, so the same filter fails any test that reads the old name (on every read:
 the `warning_once` memory is cleared before each test), and nothing cachelimit ships or tests may use it.
+
+Tests marked `slow` (minutes of installing into a fresh virtualenv) are skipped unless `CACHELIMIT_SLOW_TESTS=1`;
+`.ci/run` runs them once, on the main leg.
 """
 
 from __future__ import annotations
@@ -51,3 +54,18 @@ def _every_cache_name_notice():
 
     transformers_logging.warning_once.cache_clear()
     yield
+
+
+#: set to 1 to run the tests marked `slow` (pyproject.toml); `.ci/run` does, once, after the main leg
+SLOW_TESTS = "CACHELIMIT_SLOW_TESTS"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the `slow` tests (minutes of virtualenv installs) unless CACHELIMIT_SLOW_TESTS=1: the README test
+    command stays minutes long on every leg, and CI still runs them once (`.ci/run`)."""
+    if os.environ.get(SLOW_TESTS) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"slow (a fresh virtualenv with torch): run with {SLOW_TESTS}=1, as .ci/run does")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -13,7 +13,9 @@ import unittest
 from pathlib import Path
 
 import torch
+from packaging.requirements import Requirement
 from transformers import GenerationConfig
+from transformers.dynamic_module_utils import check_python_requirements
 
 import cachelimit
 from cachelimit.hf.compat import output_cache, with_cache
@@ -101,6 +103,16 @@ class TestCustomGenerate(unittest.TestCase):
         cachelimit.patch("llama")
         self.recipe(cache_limit=LIMIT)
         self.assertTrue(cachelimit.is_patched("llama"))
+
+    def test_the_requirement_is_what_this_checkout_installs(self):
+        """transformers checks `requirements.txt` against the installed packages when it loads the recipe; the
+        wheel built from this checkout (version `__version__`) must satisfy it (tests/test_custom_generate_wheel.py
+        installs that wheel into a fresh virtualenv and runs the recipe)."""
+        lines = (Path(REPO) / "custom_generate" / "requirements.txt").read_text(encoding="utf-8").splitlines()
+        requirements = [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+        self.assertEqual([requirement.name for requirement in requirements], ["cachelimit"])
+        self.assertIn(cachelimit.__version__, requirements[0].specifier)
+        check_python_requirements(REPO, requirements_file="custom_generate/requirements.txt")  # the installed one
 
     def test_refusals_before_any_token(self):
         cases = {
