@@ -40,19 +40,33 @@ class KeyDiff:
     protected: int | None = None
     name: ClassVar[str] = "keydiff"
 
-    def eviction_scores(self, keys: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    @staticmethod
+    def inverse_norms(keys: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, H, K] 1 / |k| of each key in float32 at least, 0 where `real` ([B, H, K] bool) is False. A scored
+        layer keeps it beside each slot, written with the key (`core.scored_layer`): a decode step then norms one
+        key, not all `L + 1`."""
+        import torch
+
+        work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
+        inverse = work.norm(dim=-1).clamp_min(torch.finfo(work.dtype).tiny).reciprocal()
+        return inverse if real is None else torch.where(real, inverse, 0)
+
+    def eviction_scores(
+        self, keys: torch.Tensor, real: torch.Tensor | None, inverse: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """[B, H, K] how much each key deserves eviction (higher goes first): its cosine similarity to the mean unit
         key of the real keys (`real`: [B, H, K] bool, None when every key is real; a pad's key is left out, as a
-        model may leave anything there). Computed in float32 at least."""
+        model may leave anything there), recomputed from the keys at every eviction, times the length of the
+        head's sum of unit keys: one positive factor per head, so the same order, for three ops fewer a step.
+        `inverse`: the keys' `inverse_norms` (0 for pads), where the caller keeps them. In float32 at least."""
         import torch
 
         work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
         if real is not None:
             work = work.masked_fill(~real[..., None], 0)
-        inverse = work.norm(dim=-1).clamp_min(torch.finfo(work.dtype).tiny).reciprocal()  # [B, H, K]
-        weights = inverse if real is None else inverse * real.to(work.dtype)
-        anchor = (weights.unsqueeze(-2) @ work).squeeze(-2)  # [B, H, d]: the sum of the real unit keys
-        anchor = anchor / anchor.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(work.dtype).tiny)
+        if inverse is None:
+            inverse = self.inverse_norms(work, real)  # [B, H, K]
+        anchor = (inverse.unsqueeze(-2) @ work).squeeze(-2)  # [B, H, d]: the sum of the real unit keys
         # einsum, not `work @ anchor[..., None]`: a matrix-vector product that way took 5x longer on CPU
         return torch.einsum("bhkd,bhd->bhk", work, anchor) * inverse
 
@@ -108,14 +122,15 @@ def attention_scores(query, keys, visible, scaling: float, window: int, softcap:
     return logits.softmax(-1).mean(-2)
 
 
-def pooled(scores, column, kernel: int):
+def pooled(scores, column, kernel: int, order=None):
     """SnapKV's clustering: each score replaced by the largest among the `kernel` keys nearest in position, the
-    keys taken in column order (a head's slots are in no order; `column`: [B, H, K] their columns)."""
+    keys taken in column order (a head's slots are in no order; `column`: [B, H, K] their columns; `order`: the
+    slots in column order when the caller keeps it, `core.scored_state.ColumnOrder`)."""
     import torch
 
     if kernel <= 1:
         return scores
-    order = column.argsort(-1)
+    order = column.argsort(-1) if order is None else order
     ordered = scores.gather(-1, order)
     ordered = torch.nn.functional.max_pool1d(ordered, kernel, stride=1, padding=kernel // 2)
     return torch.empty_like(scores).scatter_(-1, order, ordered)

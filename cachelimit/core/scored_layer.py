@@ -9,14 +9,18 @@ first among equal scores. A multi-token forward returns the kept past (all slots
 new tokens, then keeps the `L` lowest eviction scores (among equal ones the older) in their old order, slot `L` free.
 
 All of it is tensor work on the plan's tensors, so a compiled decode step recompiles only when the layer starts
-evicting, and reads nothing back from the device.
+evicting, and reads nothing back from the device. A decode step writes each head's slot as one row of the flattened
+buffers (`index_copy_`: a scatter of the same rows cost ten times as much on CPU); KeyDiff keeps each key's inverse
+norm in its slot (`inverse`), so a step norms its one new key, not all of them, and SnapKV keeps its slots' column
+order (`core.column_order`), so a step does not sort them.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .eviction import QUERY_SCORED, pooled
+from .column_order import ColumnOrder
+from .eviction import QUERY_SCORED, KeyDiff, pooled
 from .layers import BoundedLayer
 from .scored import PINNED, ScoredPlan
 
@@ -24,15 +28,19 @@ from .scored import PINNED, ScoredPlan
 #: token held, whether it is real, and its `pin` (its column, or PINNED for a sink: a slot whose pin is at least the
 #: first protected column is never evicted, one comparison per step)
 SLOT_TENSORS = {"column": -1, "real": False, "pin": PINNED}
+#: KeyDiff's too: each key's `KeyDiff.inverse_norms` (0: a pad or an empty slot), in KeyDiff's working dtype
+INVERSE_NORMS = {"inverse": 0.0}
 
 
-def evicted_slot(priority: torch.Tensor, column: torch.Tensor) -> torch.Tensor:
+def evicted_slot(priority: torch.Tensor, column: torch.Tensor, pads: bool = True) -> torch.Tensor:
     """[B, H] the slot to free: the highest eviction priority; among equal ones the most recent column (the rule
     a compaction follows too: the older is kept), and among pads (+inf) the lowest slot, as every head of the row
-    has its pads in the same slots (`core.scored`)."""
+    has its pads in the same slots (`core.scored`). `pads=False`: no slot holds a pad (a steady step)."""
     top = priority.amax(-1, keepdim=True)
-    slots = torch.arange(priority.shape[-1], device=priority.device)
-    tie = torch.where(top == float("inf"), -slots, column[..., : priority.shape[-1]])
+    tie = column[..., : priority.shape[-1]]
+    if pads:
+        slots = torch.arange(priority.shape[-1], device=priority.device)
+        tie = torch.where(top == float("inf"), -slots, tie)
     return torch.where(priority == top, tie, torch.iinfo(tie.dtype).min).argmax(-1)
 
 
@@ -42,9 +50,12 @@ class ScoredLayer(BoundedLayer):
 
     def __init__(self, group):
         super().__init__(group)
-        self.column = self.real = self.pin = self.free = None
+        self.column = self.real = self.pin = self.free = self.inverse = None
         #: a query-scored policy's eviction, waiting for the attention call's scores (`settle_scores`)
         self.pending: tuple[ScoredPlan, dict] | None = None
+        self.slot_tensors = dict(SLOT_TENSORS) | (INVERSE_NORMS if isinstance(group.policy.spec, KeyDiff) else {})
+        self.order: ColumnOrder | None = None  # SnapKV's slots in column order, kept across decode steps
+        self.slot_base: torch.Tensor | None = None  # [B, H] each head's first slot in the flattened buffers
 
     @property
     def needs_query(self) -> bool:
@@ -57,9 +68,13 @@ class ScoredLayer(BoundedLayer):
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(batch, heads, 0, key_dim)
         self.values = value_states.new_zeros(batch, heads, 0, value_states.shape[-1])
-        for name, fill in SLOT_TENSORS.items():
-            setattr(self, name, torch.full((batch, heads, 0), fill, device=self.device))
+        for name, fill in self.slot_tensors.items():
+            dtype = KeyDiff.inverse_norms(key_states[..., :1, :]).dtype if name in INVERSE_NORMS else None
+            setattr(self, name, torch.full((batch, heads, 0), fill, dtype=dtype, device=self.device))
         self.free = torch.zeros(batch, heads, dtype=torch.long, device=self.device)
+        if getattr(self.group.policy.spec, "kernel", 1) > 1:
+            self.order = ColumnOrder(self.column)
+        self._rebuilt()
         self.is_initialized = True
 
     def reserve(self, capacity: int) -> None:
@@ -71,11 +86,25 @@ class ScoredLayer(BoundedLayer):
             grown = old.new_zeros(*old.shape[:2], capacity, old.shape[-1])
             grown[:, :, :held] = old
             setattr(self, name, grown)
-        for name, fill in SLOT_TENSORS.items():
+        for name, fill in self.slot_tensors.items():
             old = getattr(self, name)
             grown = torch.full((*old.shape[:2], capacity), fill, dtype=old.dtype, device=old.device)
             grown[:, :, :held] = old
             setattr(self, name, grown)
+        self._rebuilt()
+
+    def _rebuilt(self, sort: bool = True) -> None:
+        """After the slots were rewritten or resized (a multi-token forward, a growth; a batch reordering, which
+        reorders SnapKV's column order itself: `sort=False`): that order sorted again, and where each head's slots
+        start in the flattened buffers. Never inside a steady compiled step, so neither is a guard that changes."""
+        if self.order is not None and sort:
+            self.order.refresh(self.column)
+        batch, heads, slots = self.column.shape
+        self.slot_base = (torch.arange(batch * heads, device=self.device) * slots).view(batch, heads)
+
+    def _flat(self, slot: torch.Tensor) -> torch.Tensor:
+        """[B * H] each head's `slot` ([B, H] or [1]) as a row of its flattened slot buffers ([B * H * slots])."""
+        return (self.slot_base + slot).view(-1)
 
     def _write(self, plan: ScoredPlan, key_states: torch.Tensor, value_states: torch.Tensor):
         if self.pending is not None:
@@ -92,48 +121,63 @@ class ScoredLayer(BoundedLayer):
             return self._decode(plan, key_states, value_states)
         return self._forward(plan, key_states, value_states)
 
-    @staticmethod
-    def _new_slots(plan: ScoredPlan, key_states, value_states) -> dict[str, torch.Tensor]:
-        """What the new tokens put in their slots: keys, values and, per head, their column, realness and pin."""
+    def _new_slots(self, plan: ScoredPlan, key_states, value_states) -> dict[str, torch.Tensor]:
+        """What the new tokens put in their slots: keys, values and, per head, their column, realness and pin (and
+        for KeyDiff their inverse norms)."""
         batch, heads, num_new = key_states.shape[:3]
-        return {
+        new = {
             "keys": key_states,
             "values": value_states,
             "column": plan.columns.expand(batch, heads, num_new),
             "real": plan.new_real[:, None, :].expand(-1, heads, -1),
             "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
         }
+        if "inverse" in self.slot_tensors:
+            new["inverse"] = KeyDiff.inverse_norms(key_states, None if plan.reads_every_key else new["real"])
+        return new
 
     def _decode(self, plan: ScoredPlan, key_states, value_states):
         new = self._new_slots(plan, key_states, value_states)
-        if plan.evicting:
-            slot = self.free[:, :, None]
-            for name, states in new.items():
-                target = getattr(self, name)
-                index = slot if target.dim() == 3 else slot[..., None].expand(-1, -1, -1, target.shape[-1])
-                target.scatter_(2, index, states.to(target.dtype))
-        else:
-            for name, states in new.items():
-                getattr(self, name).index_copy_(2, plan.write_index, states.to(getattr(self, name).dtype))
+        flat = self._flat(self.free if plan.evicting else plan.write_index)  # each head's free slot, or the next
+        for name, states in new.items():
+            target = getattr(self, name)
+            if not target.is_contiguous():  # a view of the flattened buffer must write into the buffer itself
+                target = target.contiguous()
+                setattr(self, name, target)
+            width = target.shape[-1] if target.dim() == 4 else 1
+            target.view(-1, width).index_copy_(0, flat, states.to(target.dtype).reshape(flat.shape[0], width))
         keys, values = self.keys, self.values
         if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
             keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
         if plan.evict_after:
             held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "pin": self.pin}
+            if "inverse" in self.slot_tensors:
+                held["inverse"] = self.inverse[..., : plan.returned]
             if self.needs_query:
                 self.pending = (plan, held)
             else:
-                self.free.copy_(evicted_slot(self._priority(plan, held), held["column"]))
+                self._free(plan, evicted_slot(self._priority(plan, held), held["column"], not plan.reads_every_key))
         return keys, values
+
+    def _free(self, plan: ScoredPlan, slot: torch.Tensor) -> None:
+        """A decode step's eviction: each head's `slot` ([B, H]) is the one its next step writes."""
+        self.free.copy_(slot)
+        if self.order is not None:
+            self.order.freed(self.free)
 
     def settle_scores(self, scores: torch.Tensor) -> None:
         """Carry out the pending eviction with the attention scores of this forward's last queries ([B, H, K] over
         the keys the layer returned; higher is kept)."""
         plan, held = self.pending
         self.pending = None
-        scores = pooled(scores, held["column"][..., : scores.shape[-1]], getattr(self.group.policy.spec, "kernel", 1))
+        order = self.order.slots if self.order is not None and plan.decode else None
+        if order is not None and order.shape[-1] != scores.shape[-1]:
+            order = None  # (every evicting decode step scores all the slots the order covers)
+        kernel = getattr(self.group.policy.spec, "kernel", 1)
+        scores = pooled(scores, held["column"][..., : scores.shape[-1]], kernel, order)
         if plan.decode:
-            self.free.copy_(evicted_slot(self._priority(plan, held, scores), held["column"]))
+            priority = self._priority(plan, held, scores)
+            self._free(plan, evicted_slot(priority, held["column"], not plan.reads_every_key))
         else:
             self._compact(plan, held, scores)
 
@@ -145,7 +189,8 @@ class ScoredLayer(BoundedLayer):
         every_real = plan.reads_every_key  # a steady step: every slot holds a real token
         real, pin = held["real"][..., :width], held["pin"][..., :width]
         if attention is None:
-            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real)
+            inverse = held["inverse"][..., :width] if "inverse" in held else None
+            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real, inverse)
         else:
             scores = -attention
         scores = scores.masked_fill(pin >= plan.protect_from, float("-inf"))
@@ -153,7 +198,11 @@ class ScoredLayer(BoundedLayer):
 
     def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
         """The held slots a multi-token forward reads as its past: all but each head's free slot."""
-        tensors = {"keys": self.keys, "values": self.values, **{name: getattr(self, name) for name in SLOT_TENSORS}}
+        tensors = {
+            "keys": self.keys,
+            "values": self.values,
+            **{name: getattr(self, name) for name in self.slot_tensors},
+        }
         if not plan.evicting:
             return {name: tensor[:, :, : plan.kept] for name, tensor in tensors.items()}
         order = torch.arange(plan.kept, device=self.device)
@@ -181,6 +230,7 @@ class ScoredLayer(BoundedLayer):
             written = plan.kept + num_new
             for name, tensor in every.items():
                 getattr(self, name)[:, :, :written] = tensor
+            self._rebuilt()
         return keys, values
 
     def _compact(self, plan: ScoredPlan, every: dict, attention=None) -> None:
@@ -193,9 +243,10 @@ class ScoredLayer(BoundedLayer):
         for name, tensor in every.items():
             index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
             kept = tensor.gather(2, index)
-            spare = torch.full_like(kept[:, :, :1], SLOT_TENSORS.get(name, 0))
+            spare = torch.full_like(kept[:, :, :1], self.slot_tensors.get(name, 0))
             setattr(self, name, torch.cat([kept, spare], dim=2))
         self.free = torch.full_like(self.free, limit)
+        self._rebuilt()
 
     def kept_columns(self) -> torch.Tensor:
         """[B, H, kept] the columns each head keeps for the next token (-1: a slot holding nothing or a pad), in slot
@@ -209,16 +260,22 @@ class ScoredLayer(BoundedLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
-            for name in ("keys", "values", "free", *SLOT_TENSORS):
-                tensor = getattr(self, name)
-                setattr(self, name, tensor.index_select(0, indices.to(tensor.device)))
+            indices = indices.to(self.device)
+            for name in ("keys", "values", "free", *self.slot_tensors):
+                setattr(self, name, getattr(self, name).index_select(0, indices))
+            if self.order is not None:
+                self.order.select(indices)
+            self._rebuilt(sort=False)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if self.is_initialized:
-            for name in ("keys", "values", "free", *SLOT_TENSORS):
+            for name in ("keys", "values", "free", *self.slot_tensors):
                 setattr(self, name, getattr(self, name).repeat_interleave(repeats, dim=0))
+            if self.order is not None:
+                self.order.repeat(repeats)
+            self._rebuilt(sort=False)
 
     def reset(self) -> None:
         super().reset()
-        self.column = self.real = self.pin = self.free = None
-        self.pending = None
+        self.column = self.real = self.pin = self.free = self.inverse = None
+        self.pending = self.order = self.slot_base = None
