@@ -17,6 +17,20 @@ BAD = [
     (["bench", "--quality", "--sample-tokens", "-1"], "error: argument --sample-tokens: must be an int in [0, "),
     (["bench", "--quality", "--tokens", "1"], "error: argument --tokens: must be `all` or an int in [2, "),
     (["bench", "--quality", "--seed", "1_0"], "error: argument --seed: must be an int in [0, 18446744073709551615]"),
+    (["bench", "--quality", "--policy", "h2o"], "error: argument --policy: invalid choice: 'h2o'"),
+    (["bench", "--quality", "--protected", "3"], "error: argument --protected: needs a scored --policy"),
+    (
+        ["bench", "--quality", "--policy", "keydiff", "--limits", "64", "--protected", "61"],
+        "error: argument --protected: cache limit 64 with 4 sinks and --policy keydiff: `protected`",
+    ),
+    (["bench", "--quality", "--policy", "tova", "--limits", "4"], "error: argument --limits: cache limit 4 with 4 "),
+    (
+        ["bench", "--long", "--policy", "keydiff"],
+        "cachelimit bench --long: error: argument --policy: `cachelimit bench",
+    ),
+    (["bench", "--budget", "--protected=3"], "cachelimit bench --budget: error: argument --protected: `cachelimit"),
+    (["bench", "--policy", "tova"], "cachelimit bench: error: argument --policy: `cachelimit bench` has no such flag"),
+    (["bench", "--recall", "--policy", "tova"], "argument --policy: `cachelimit bench --recall` has no such flag"),
 ]
 
 

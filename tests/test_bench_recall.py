@@ -204,6 +204,16 @@ def test_the_report_counts_right_over_n_per_cell(tmp_path):
     assert (tmp_path / recall_report.PLOT).stat().st_size > 1000 and "Plot:" in text
 
 
+def test_the_report_splits_trials_by_depth_where_there_are_several(tmp_path):
+    deep = [{**record, "depth": 90, "trial": 10 + record["trial"], "correct": True} for record in FAKE[:2]]
+    table = recall_report.markdown(FAKE + deep)
+    assert "| window | 3/4 (75 %) | - |" in table  # the accuracy table: every depth together
+    assert "| variant | L=128, 50 % | L=128, 90 % | no limit, 50 % |" in table  # only columns with trials
+    assert "| window | 1/2 (50 %) | 2/2 (100 %) | - |" in table
+    assert "| keydiff | 2/2 (100 %) | - | - |" in table
+    assert "By depth" not in recall_report.markdown(FAKE)  # one depth: nothing to split
+
+
 def test_a_torn_journal_line_is_skipped_and_a_trial_counts_once(tmp_path):
     path = tmp_path / "j.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (FAKE[0], FAKE[1], {**FAKE[0], "seconds": 2})) + '{"ca')

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+import cachelimit
 from cachelimit.bench import quality, quality_report
 from tests.common import VOCAB, build_tiny_model
 from tests.reference import banded_logits, banded_visibility
@@ -153,3 +154,28 @@ def test_a_stopped_run_leaves_the_positions_it_scored(model, text, tmp_path):
     (stopped,) = quality.partial_records(tmp_path, done={})
     assert stopped["name"] == "sinks L=6, S=2 (stopped after 21 positions)"
     assert quality.partial_records(tmp_path, done={job["key"]: {}}) == []  # the run finished since
+
+
+def test_scored_policy_runs_equal_the_slow_reference_replay(text):
+    """`bench --quality --policy keydiff --protected R`: its bounded runs are keydiff's, as planned from the flags
+    and run by `run_job` (decode and chunked), and the decode run's NLL is the replay of the slow reference's
+    evictions (`tests.scored_reference`: the paper's score recomputed from the full history, one forward of the
+    unpatched model with per-head masks). The window's NLL must differ, so the comparison can fail."""
+    from tests.scored_reference import replay_logits, slow_keydiff
+
+    model = build_tiny_model("llama", layers=3).double()
+    argv = ["--policy", "keydiff", "--protected", "3", "--limits", "12", "--sample-tokens", "0", "--chunk", "8"]
+    jobs = {job["key"]: job for job in quality._jobs(quality.build_parser().parse_args(argv), [12])}
+    assert set(jobs) == {f"{kind} {name}" for kind in ("chunked", "nll") for name in
+                         ("dense", "keydiff L=12", "keydiff L=12, S=4")}  # fmt: skip
+    job = {**jobs["nll keydiff L=12, S=4"], "tokens": LENGTH}
+    with cachelimit.patched("llama"):
+        nll = torch.tensor(quality.run_job(job, model, None, text, None)["nll"], dtype=torch.float64)
+        window = quality.run_job({**job, "policy": None}, model, None, text, None)["nll"]
+        chunked = quality.run_job({**jobs["chunked keydiff L=12, S=4"], "tokens": LENGTH}, model, None, text, None)
+    kept, gap = slow_keydiff(model, text, torch.ones_like(text), 1, limit=12, sinks=4, protected=3)
+    assert gap > 1e-9, f"the reference met a tie ({gap:.2e})"
+    expected = nll_of(replay_logits(model, text, torch.ones_like(text), 1, kept), text).double()
+    torch.testing.assert_close(nll, expected, rtol=0, atol=1e-4)
+    assert (torch.tensor(window, dtype=torch.float64) - expected).abs().max() > 1e-2
+    assert len(chunked["nll"]) == LENGTH - 1 and chunked["policy"] == "keydiff"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from ..cli.flag_types import int_in_range
+from ..core.eviction import POLICIES
 from ..core.policy import MAX_CACHE_LIMIT
 
 T = TypeVar("T")
@@ -73,3 +74,41 @@ def count_or_all(value: str) -> int | None:
         return count(2)(value)
     except argparse.ArgumentTypeError as error:
         raise argparse.ArgumentTypeError(str(error).replace("must be ", "must be `all` or ", 1)) from None
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--policy P --protected R`, spelled and read as `cachelimit generate` and `chat` read them (`cli.parser`)."""
+    parser.add_argument(
+        "--policy", choices=list(POLICIES), default=None, metavar="P",
+        help="what the bounded runs keep: window (default), keydiff, tova, snapkv",
+    )  # fmt: skip
+    parser.add_argument(
+        "--protected", type=int_in_range(0, MAX_CACHE_LIMIT - 1), default=None, metavar="R",
+        help="scored P: keep the R newest (default: the policy's own)",
+    )  # fmt: skip
+
+
+def cache_policy_of(policy: str | None, protected: int | None = None):
+    """The `cache_policy` of `--policy P --protected R`: None (the window) or the scored policy."""
+    return None if policy in (None, "window") else POLICIES[policy](protected=protected)
+
+
+def check_policy(args: argparse.Namespace, bounds) -> None:
+    """`--policy`/`--protected` against every (limit, sinks) the command runs bounded, through the validator
+    `generate` uses, so a bad combination is refused before any model is loaded (a ValueError naming the flags)."""
+    from ..hf.request import BoundedRequest
+
+    if args.protected is not None and args.policy in (None, "window"):
+        raise ValueError(
+            "argument --protected: needs a scored --policy (keydiff, tova, snapkv); the window keeps by age"
+        )
+    policy = cache_policy_of(args.policy, args.protected)
+    for limit, sinks in bounds:
+        try:
+            BoundedRequest.from_arguments(limit, sinks, cache_policy=policy)
+        except (ValueError, TypeError) as error:
+            flag = "--protected" if getattr(error, "argument", "") == "protected" else "--limits"
+            raise ValueError(
+                f"argument {flag}: cache limit {limit} with {sinks or 0} sinks"
+                f"{'' if policy is None else f' and --policy {args.policy}'}: {error}"
+            ) from None

@@ -4,7 +4,8 @@ Teacher-forced negative log-likelihood (NLL) of every token of a text, measured 
 prompt is the text's first token, and a logits processor (`ForceText`) records the log-probability the model
 gave the text's next token, then forces that token. So every number comes from the code path a user runs
 (one decode step per token, the bounded cache, its ring and sink rotation), not from a separate forward.
-Runs: the dense cache, `cache_limit=L` (sliding window), `cache_limit=L` with 4 attention sinks, for each L.
+Runs: the dense cache, `cache_limit=L` (sliding window), `cache_limit=L` with 4 attention sinks, for each L;
+with `--policy P` (as `cachelimit generate` spells it) the bounded runs keep what the scored policy P keeps.
 One decode step per token costs ~0.07 s of CPU on this 30-layer model (mostly per-step overhead), so the
 same numbers are also computed the cheap way (`chunked_nll`: the text as one prompt, read 64 tokens at a time
 through generate's `prefill_chunk_size`, which obeys the window and the sinks exactly as decoding does); the
@@ -34,7 +35,17 @@ from ..cli.flag_types import MAX_SEED, int_in_range
 from ..cli.pretrained import MissingModelError, load_pretrained
 from ..core.cache import kv_bytes
 from ..families.patching import patch
-from .arguments import OneLineErrors, count, count_or_all, int_list, threads
+from .arguments import (
+    OneLineErrors,
+    add_policy_arguments,
+    cache_policy_of,
+    check_policy,
+    count,
+    count_or_all,
+    int_list,
+    settings_or_exit,
+    threads,
+)
 from .progress import RunProgress
 from .quality_report import perplexity, write_report
 from .scoring import (  # noqa: F401  (the scoring functions were first defined here; they stay reachable)
@@ -57,11 +68,15 @@ PARTIAL = "quality_partial.json"  # the positions the running chunked run has sc
 PARTIAL_EVERY = 8192  # positions between two updates of it
 
 
-def configurations(limits) -> list[dict]:
+def configurations(limits, policy: str | None = None, protected: int | None = None) -> list[dict]:
+    """The dense run, then per limit the bounded runs without and with sinks: the window's, or (`policy`: a scored
+    policy's name) that policy's, named after it."""
     runs = [{"name": "dense", "cache_limit": None, "num_sink_tokens": None}]
+    scored = {"policy": policy, "protected": protected} if policy not in (None, "window") else {}
     for limit in limits:
-        runs.append({"name": f"window L={limit}", "cache_limit": limit, "num_sink_tokens": None})
-        runs.append({"name": f"sinks L={limit}, S={SINKS}", "cache_limit": limit, "num_sink_tokens": SINKS})
+        for sinks, name in ((None, f"window L={limit}"), (SINKS, f"sinks L={limit}, S={SINKS}")):
+            name = f"{policy} L={limit}" + (f", S={SINKS}" if sinks else "") if scored else name
+            runs.append({"name": name, "cache_limit": limit, "num_sink_tokens": sinks, **scored})
     return runs
 
 
@@ -109,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="prefill_chunk_size of the chunked runs (default: 256; any size gives the same numbers, a larger one "
         "fewer forwards)",
     )
+    add_policy_arguments(parser)
     parser.add_argument("--sample-tokens", type=count(0), default=1500, help="tokens per free sample (0: none)")
     parser.add_argument("--sample-limit", type=count(), default=256, help="cache limit of the free samples")
     parser.add_argument("--only", help="run only these runs (journal keys, separated by ';')")
@@ -125,7 +141,7 @@ def _jobs(args, limits) -> list[dict]:
     dense_tokens = args.tokens if args.dense_tokens is SAME_AS_TOKENS else args.dense_tokens
     runs = [
         {**run, "tokens": dense_tokens if run["cache_limit"] is None else args.tokens}
-        for run in configurations(limits)
+        for run in configurations(limits, args.policy, args.protected)
     ]
     jobs = []
     if args.method in ("chunked", "both"):
@@ -133,11 +149,9 @@ def _jobs(args, limits) -> list[dict]:
     if args.method in ("decode", "both"):
         jobs += [{**run, "key": f"nll {run['name']}", "kind": "nll"} for run in runs]
     if args.sample_tokens:
-        limit = args.sample_limit
-        for name, sinks in (("dense", None), (f"window L={limit}", None), (f"sinks L={limit}, S={SINKS}", SINKS)):
-            cache_limit = None if name == "dense" else limit
-            jobs.append({"name": name, "cache_limit": cache_limit, "num_sink_tokens": sinks, "kind": "sample"})
-            jobs[-1].update(key=f"sample {name}", sample_tokens=args.sample_tokens, seed=args.seed)
+        for run in configurations([args.sample_limit], args.policy, args.protected):
+            jobs.append({**run, "kind": "sample", "key": f"sample {run['name']}"})
+            jobs[-1].update(sample_tokens=args.sample_tokens, seed=args.seed)
     if args.only:
         wanted = {part.strip() for part in args.only.split(";")}
         jobs = [job for job in jobs if job["key"] in wanted]
@@ -146,7 +160,10 @@ def _jobs(args, limits) -> list[dict]:
 
 
 #: what a journal record must share with a planned job for --resume to keep it instead of running it again
-SAME_RUN = ("kind", "cache_limit", "num_sink_tokens", "tokens", "chunk", "dtype", "source", "sample_tokens", "seed")
+SAME_RUN = (
+    "kind", "cache_limit", "num_sink_tokens", "tokens", "chunk", "dtype", "source", "sample_tokens", "seed", "policy",
+    "protected",
+)  # fmt: skip
 
 
 def _kept(record: dict | None, job: dict) -> bool:
@@ -195,6 +212,8 @@ def run_job(job: dict, model, tokenizer, text_ids, bar, partial: Path | None = N
     window = {} if job["cache_limit"] is None else {
         "cache_limit": job["cache_limit"], "num_sink_tokens": job["num_sink_tokens"]
     }  # fmt: skip
+    if (policy := cache_policy_of(job.get("policy"), job.get("protected"))) is not None:
+        window["cache_policy"] = policy
     started, cpu = time.perf_counter(), time.process_time()
     if job["kind"] == "sample":
         result = {"text": free_sample(model, tokenizer, job["sample_tokens"], job["seed"], progress=bar, **window)}
@@ -236,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     limits = args.limits
+    bounds = [(limit, sinks) for limit in [*limits, args.sample_limit] for sinks in (None, SINKS)]
+    settings_or_exit(parser, lambda args: check_policy(args, bounds), args)
     args.out.mkdir(parents=True, exist_ok=True)
     journal = args.out / "quality_runs.jsonl"
     if not args.resume and not args.report_only:

@@ -54,6 +54,28 @@ def accuracy_table(records) -> str:
     return "\n".join(lines)
 
 
+def depth_table(records) -> str:
+    """The same trials by needle depth: rows variants, a column per (budget, depth) that has trials; "" with one
+    depth (the accuracy table says it all). Why: at a fixed budget the window finds a key only when it lies in its
+    last L positions, so depth separates recall from mere recency."""
+    depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
+    if len(depths) < 2:
+        return ""
+    counts: dict = defaultdict(lambda: [0, 0])
+    for record in records:
+        if record.get("correct") is not None:
+            counts[(record["variant"], record["budget"], record["depth"])][0] += bool(record["correct"])
+            counts[(record["variant"], record["budget"], record["depth"])][1] += 1
+    columns = [(b, d) for b in [*_budgets(records), None] for d in depths if any(
+        (v, b, d) in counts for v in _variants(records))]  # fmt: skip
+    names = [f"{NO_LIMIT if b is None else f'L={b}'}, {d} %" for b, d in columns]
+    lines = ["| variant | " + " | ".join(names) + " |", "|" + "---|" * (len(columns) + 1)]
+    for variant in _variants(records):
+        values = [cell(*counts.get((variant, b, d), (0, 0))) for b, d in columns]
+        lines.append(f"| {variant} | " + " | ".join(values) + " |")
+    return "By depth of the needle:\n\n" + "\n".join(lines)
+
+
 def perplexity_table(records) -> str:
     budgets = _budgets(records)
     values = {(record["variant"], record["budget"]): record for record in records}
@@ -111,6 +133,8 @@ def markdown(records) -> str:
     for (case, length, prefill), members in groups(records).items():
         parts += [_title(case, length, prefill, members), ""]
         parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
+        if case != "ppl" and (by_depth := depth_table(members)):
+            parts += [by_depth, ""]
     if errors:
         parts += [
             f"{len(errors)} trials not served (no verdict): " + "; ".join(sorted({r["error"] for r in errors})),

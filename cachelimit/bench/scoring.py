@@ -88,10 +88,15 @@ def teacher_forced_nll(model, tokens: torch.Tensor, cache_limit=None, num_sink_t
     return decode_scores(model, tokens, cache_limit, num_sink_tokens).nll
 
 
-def decode_scores(model, tokens: torch.Tensor, cache_limit=None, num_sink_tokens=None, progress=None) -> Scored:
-    """`teacher_forced_nll` with the bytes held at the end; `progress.update(1)` after every decode step."""
+def decode_scores(
+    model, tokens: torch.Tensor, cache_limit=None, num_sink_tokens=None, progress=None, cache_policy=None
+) -> Scored:
+    """`teacher_forced_nll` with the bytes held at the end; `progress.update(1)` after every decode step.
+    `cache_policy`: a scored policy (`bench --quality --policy`), None for the window."""
     force = ForceText(tokens, progress)
     window = {} if cache_limit is None else {"cache_limit": cache_limit, "num_sink_tokens": num_sink_tokens}
+    if cache_policy is not None:
+        window["cache_policy"] = cache_policy
     watch = _CacheWatch(model)
     try:
         with torch.inference_mode():

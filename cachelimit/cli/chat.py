@@ -25,9 +25,11 @@ import torch
 from ..families.patching import patch
 from ..hf.compat import CHUNKED_PREFILL_AFTER_A_CACHE, RECURRENT_STATE_CARRIED, require
 from ..hf.recurrent_state import has_recurrent_layers, restart_reason
+from ..hf.request import BoundedRequest
 from .conversation import Conversation, PlainTurns, StopRequest
 from .errors import CliError
 from .generate_command import load_for_run, one_line, run_options, window_label
+from .parser import cache_policy
 from .terminal import KVMeter, LiveTextStreamer, StatusLine, format_bytes, no_control_echo
 
 PROMPT = "> "
@@ -186,6 +188,38 @@ def check_turns_continue(model) -> None:
         )
 
 
+def pin_system(args: argparse.Namespace, conversation: Conversation, options: dict) -> None:
+    """`--pin-system`: the sinks become the system prompt's tokens (`cli.system_flags`), for the window and for a
+    scored policy alike; a limit that leaves no room beyond them (and the policy's protected window) is refused
+    here, before any turn, with the count."""
+    pinned, policy = len(conversation.turns.system_tokens()), cache_policy(args)
+    try:
+        BoundedRequest.from_arguments(args.cache_limit, pinned, cache_policy=policy)
+    except (ValueError, TypeError):
+        protected = None if policy is None else policy.protected
+        needed = "above that" + ("" if protected is None else f", with room for --protected {protected:,} beyond them")
+        raise CliError(
+            f"argument --pin-system: the system prompt takes {pinned:,} tokens with the chat template's prefix; "
+            f"--cache-limit {args.cache_limit:,} must be {needed} (the cache keeps them and a recent window); "
+            "give a larger --cache-limit or a shorter --system",
+            code=2,
+            prog="cachelimit chat",
+        ) from None
+    args.sinks = options["num_sink_tokens"] = pinned
+
+
+def start_conversation(args: argparse.Namespace, model, tokenizer, family: str) -> tuple[Conversation, str]:
+    """The conversation the flags ask for (its system prompt pinned with `--pin-system`) and the status line's
+    name for its cache; the family patched. Nothing is generated yet."""
+    options = run_options(args, model, tokenizer)
+    conversation = Conversation(model, tokenizer, options, family, system=getattr(args, "system", None))
+    pinned = getattr(args, "pin_system", False)
+    if pinned:
+        pin_system(args, conversation, options)
+    patch(family)
+    return conversation, window_label(args) + (" (the system prompt)" if pinned else "")
+
+
 def chat_command(args: argparse.Namespace) -> int:
     """Chat with MODEL until the end of input; see the module docstring."""
     if args.prefill_chunk_size is not None and args.cache_limit is not None:
@@ -195,10 +229,8 @@ def chat_command(args: argparse.Namespace) -> int:
         )
     model, tokenizer, family, header = load_for_run(args)
     check_turns_continue(model)
-    options, label = run_options(args, model, tokenizer), window_label(args)
-    patch(family)
+    conversation, label = start_conversation(args, model, tokenizer, family)
     torch.manual_seed(args.seed)
-    conversation = Conversation(model, tokenizer, options, family)
     turns = (
         "plain 'User:'/'Assistant:' turns (no chat template)"
         if isinstance(conversation.turns, PlainTurns)

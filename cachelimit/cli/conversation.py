@@ -12,6 +12,11 @@ wrote, never re-tokenised text; only the new part of each turn is rendered and t
 part is what the template adds to a conversation for one more turn, found by rendering it with and without that turn
 (a template that rewrites earlier turns cannot continue a cache: refused when the chat starts). A model without a
 template (the built-in tiny model) gets plain "User: ..." / "Assistant: " turns.
+
+A system prompt (`system=`, `cachelimit chat --system`) opens the conversation: the template's system message, or
+a plain "System: ..." line. Its tokens are tokenised apart from the first turn's, so they are an exact prefix of the
+history whose length `system_tokens()` gives: `--pin-system` pins that many tokens as sinks, so the system prompt
+(with the template's prefix) stays in the cache however long the chat goes.
 """
 
 from __future__ import annotations
@@ -28,14 +33,24 @@ from .errors import CliError
 class PlainTurns:
     """Turns for a model without a chat template: "User: {message}" and "Assistant: " lines, nothing special."""
 
+    SYSTEM = "System: {system}\n"
     FIRST = "User: {message}\nAssistant: "
     NEXT = "\nUser: {message}\nAssistant: "
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, system: str | None = None):
+        self.tokenizer, self.system = tokenizer, system
+
+    def system_tokens(self) -> list[int]:
+        """The tokens that open every conversation before its first message (with the model's BOS, if any)."""
+        if self.system is None:
+            return []
+        return self.tokenizer(self.SYSTEM.format(system=self.system))["input_ids"]
 
     def first(self, message: str) -> list[int]:
-        return self.tokenizer(self.FIRST.format(message=message))["input_ids"]  # with the model's BOS, if any
+        text = self.FIRST.format(message=message)
+        if self.system is None:
+            return self.tokenizer(text)["input_ids"]  # with the model's BOS, if any
+        return self.system_tokens() + self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def after(self, message: str, last_token: int) -> list[int]:
         return self.tokenizer(self.NEXT.format(message=message), add_special_tokens=False)["input_ids"]
@@ -44,18 +59,42 @@ class PlainTurns:
 class TemplateTurns:
     """Turns in the tokenizer's chat template, rendered as what the template adds for one more exchange."""
 
-    def __init__(self, tokenizer, eos_ids: set[int]):
-        self.tokenizer, self.eos_ids = tokenizer, eos_ids
+    def __init__(self, tokenizer, eos_ids: set[int], system: str | None = None):
+        self.tokenizer, self.eos_ids, self.system = tokenizer, eos_ids, system
         self.after("a template check", -1)  # a template that cannot continue a conversation fails now
+        self._system_text = self._system_prefix()
 
-    def _render(self, messages: list[dict]) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    def _with_system(self, messages: list[dict]) -> list[dict]:
+        return messages if self.system is None else [{"role": "system", "content": self.system}, *messages]
+
+    def _render(self, messages: list[dict], generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            self._with_system(messages), tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def _system_prefix(self) -> str:
+        """The text the template writes for the system prompt before the first user message ("" without one)."""
+        if self.system is None:
+            return ""
+        prefix = self._render([], generation_prompt=False)
+        if self.system not in prefix or not self._render([{"role": "user", "content": "x"}]).startswith(prefix):
+            raise CliError(
+                "this model's chat template does not write the system prompt ahead of the first message, so it "
+                "cannot be given (or pinned) as the start of the conversation"
+            )
+        return prefix
 
     def _tokens(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]  # the template writes its own specials
 
+    def system_tokens(self) -> list[int]:
+        """The tokens that open every conversation before its first message: the system prompt as the template
+        writes it, its own prefix included (none without a system prompt)."""
+        return self._tokens(self._system_text) if self._system_text else []
+
     def first(self, message: str) -> list[int]:
-        return self._tokens(self._render([{"role": "user", "content": message}]))
+        text = self._render([{"role": "user", "content": message}])
+        return self.system_tokens() + self._tokens(text[len(self._system_text) :])
 
     def after(self, message: str, last_token: int) -> list[int]:
         """The text the template adds after an answer for the next user `message` (closing the answer's turn, unless
@@ -76,10 +115,10 @@ class TemplateTurns:
         return self._tokens(added)
 
 
-def turn_format(tokenizer, eos_ids: set[int]) -> TemplateTurns | PlainTurns:
+def turn_format(tokenizer, eos_ids: set[int], system: str | None = None) -> TemplateTurns | PlainTurns:
     if getattr(tokenizer, "chat_template", None):
-        return TemplateTurns(tokenizer, eos_ids)
-    return PlainTurns(tokenizer)
+        return TemplateTurns(tokenizer, eos_ids, system)
+    return PlainTurns(tokenizer, system)
 
 
 class StopRequest(StoppingCriteria):
@@ -103,11 +142,11 @@ def _eos_ids(model) -> set[int]:
 
 class Conversation:
     """The history (token ids) and the cache of one conversation with `model`; `options` are the `generate`
-    keyword arguments of every answer (new tokens, sampling, the window)."""
+    keyword arguments of every answer (new tokens, sampling, the window); `system`: a system prompt opening it."""
 
-    def __init__(self, model, tokenizer, options: dict, family: str):
+    def __init__(self, model, tokenizer, options: dict, family: str, system: str | None = None):
         self.model, self.tokenizer, self.options, self.family = model, tokenizer, options, family
-        self.turns = turn_format(tokenizer, _eos_ids(model))
+        self.turns = turn_format(tokenizer, _eos_ids(model), system)
         self.stop = StopRequest()
         #: turns and tokens of the conversations before the last `reset` (the chat's closing line counts them all)
         self.earlier_turns = self.earlier_tokens = self.resets = 0

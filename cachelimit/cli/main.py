@@ -38,6 +38,26 @@ COMMANDS = {
 }
 
 
+#: the bench scenarios that take `--policy P`/`--protected R` (`bench --recall` takes its policies as --variants)
+POLICY_FLAGS = {"--quality": ("--policy", "--protected"), "--recall": ("--protected",)}
+
+
+def _policy_flags_refusal(scenario: str | None, argv: list[str]) -> str | None:
+    """`--policy`/`--protected` given to a scenario that has no such flag: the one line saying which ones have it
+    (printed as the scenarios print their own flag errors, exit status 2)."""
+    taken = POLICY_FLAGS.get(scenario, ())
+    given = [flag for flag in ("--policy", "--protected") if flag not in taken and any(
+        arg == flag or arg.startswith(flag + "=") for arg in argv)]  # fmt: skip
+    if not given:
+        return None
+    command = f"cachelimit bench{f' {scenario}' if scenario else ''}"
+    return (
+        f"{command}: error: argument {given[0]}: `{command}` has no such flag: `bench --quality --policy P "
+        "--protected R` runs its bounded runs under a scored policy, `bench --recall` compares policies with "
+        "--variants (and --protected R); the speed sweep, --budget and --long measure the window only"
+    )
+
+
 def run_bench(argv: list[str]) -> int:
     """`bench` is a thin front: its arguments, --help included, belong to `cachelimit.bench.sweep.main` (speed),
     with --quality to `cachelimit.bench.quality.main` (what a bounded cache does to a real model's text), with
@@ -46,6 +66,9 @@ def run_bench(argv: list[str]) -> int:
     --recall to `cachelimit.bench.recall.main` (does a bounded cache still find the fact)."""
     scenario = next((flag for flag in ("--quality", "--budget", "--long", "--recall") if flag in argv), None)
     name = COMMANDS[f"bench {scenario}" if scenario else "bench"]
+    if refusal := _policy_flags_refusal(scenario, argv):
+        print(refusal, file=sys.stderr)
+        return 2
     argv = [arg for arg in argv if arg != scenario]
     try:
         benchmark = importlib.import_module(name)

@@ -21,6 +21,7 @@ from .errors import CliError
 from .flag_types import MAX_SEED, int_in_range, token_count
 from .known_models import PRETRAINED, chat_help, chat_refusal
 from .model_argument import resolve_source
+from .system_flags import add_system_arguments, check_system
 
 #: float16 too: torch 2.13 computes SmolLM2 in float16 on CPU as well (logits within 0.14 of float32's, the same
 #: greedy text), only no faster than float32 there (CPU time 1.08x; bfloat16 0.79x); see README "--dtype"
@@ -35,7 +36,8 @@ MODEL's family must be one cachelimit serves: `cachelimit families` lists them."
 CHAT_EXAMPLES = """examples:
   cachelimit chat smollm2                                     # a real model, offline, limit 1024, 4 sinks
   cachelimit chat smollm2 --cache-limit 512 --sinks 4 --sample
-  echo "Hello" | cachelimit chat smollm2 --max-new-tokens 50  # messages from a pipe, one per line"""
+  echo "Hello" | cachelimit chat smollm2 --max-new-tokens 50  # messages from a pipe, one per line
+  cachelimit chat smollm2 --system "You are a pirate." --pin-system --policy keydiff"""
 #: the generate arguments' names as this command line spells them (for the shared validator's messages)
 FLAGS = {
     "cache_limit": "--cache-limit",
@@ -212,6 +214,7 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         resolve_source(args.model)  # a mistyped local path fails now, before any import or download
         if getattr(args, "chat", None) is not None and chat_refusal(args.model):  # now, not after the load
             parser.error(chat_refusal(args.model))
+    check_system(parser, args)
     _check_window(parser, args)
     if args.command == "demo":
         _check_out(parser, args.out)
@@ -251,6 +254,7 @@ def build_parser() -> _Parser:
         "plain 'User:'/'Assistant:' turns.",
     )
     add_run_arguments(chat, default_limit=CHAT_LIMIT, new_tokens="at most N tokens per answer")
+    add_system_arguments(chat)
 
     demo = commands.add_parser(
         "demo",
