@@ -30,7 +30,8 @@ budget of `--budget` kept positions per layer (every KV head of a layer keeps th
 - `streamingllm+rerotation`: `KeyRerotationPress(StreamingLLMPress)`, the paper's StreamingLLM (kept keys re-rotated
   to slots 0..L-1, new tokens placed after them, as kvpress's pipeline then does);
 - `<press>@pipeline`: kvpress's own way, its pipeline (`kv-press-text-generation`, its `_forward` fed the ids):
-  the context (the prompt before the question) compressed to L, the question and answer appended uncompressed.
+  the context (the prompt before the question) compressed to L, the question and answer appended uncompressed
+  (`unbounded@pipeline`: the same path without a press, the control).
 Decoding follows kvpress's pipeline: greedy, the model's forward with explicit position ids (a kept key keeps its
 original rotation, new tokens get absolute positions unless rerotated), stop at EOS, at most `--answer-tokens`.
 """
@@ -51,7 +52,7 @@ from pathlib import Path
 PRESSES = ("keydiff", "tova", "snapkv", "streamingllm")
 VARIANTS = (
     "unbounded", *PRESSES, "keydiff+decoding", "tova+decoding", "streamingllm+decoding", "streamingllm+rerotation",
-    *(f"{name}@pipeline" for name in PRESSES),
+    *(f"{name}@pipeline" for name in ("unbounded", *PRESSES)),
 )  # fmt: skip
 MARKER = "<!-- written by benchmarks/kvpress_peer.py above this line; by hand below it -->"
 
@@ -82,7 +83,7 @@ def make_press(variant: str, length: int, budget: int):
     import kvpress
 
     name = variant.split("+")[0].split("@")[0]
-    if variant == "unbounded":
+    if name == "unbounded":
         return None
     ratio = ratio_for(length, budget)
     if variant.endswith("+decoding"):
@@ -170,7 +171,7 @@ class Runner:
         from cachelimit.bench.recall_prompts import score_answer
 
         prompt = self.prompt(length, depth, trial)
-        budget = None if variant == "unbounded" else self.args.budget
+        budget = None if variant.startswith("unbounded") else self.args.budget
         started, cpu = time.perf_counter(), time.process_time()
         text, held = self.answer(variant, prompt.ids, budget)
         return {
@@ -228,7 +229,7 @@ def report(paths: list[Path], out: Path) -> str:
     for variant in [v for v in VARIANTS if any(row["variant"] == v for row in rows)]:
         values = []
         for length, depth, budget in heads:
-            right, n = counts[(variant, length, depth, None if variant == "unbounded" else budget)]
+            right, n = counts[(variant, length, depth, None if variant.startswith("unbounded") else budget)]
             values.append(f"{right}/{n}" if n else "-")
         lines.append(f"| {variant} | " + " | ".join(values) + " |")
     loads = [row["load_average"] for row in rows]
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             for depth in map(int, args.depths.split(",")):
                 for trial in range(args.first, args.first + args.n):
                     for variant in variants:
-                        budget = 0 if variant == "unbounded" else args.budget
+                        budget = 0 if variant.startswith("unbounded") else args.budget
                         if (length, depth, budget, trial, variant) in done:
                             continue
                         record = runner.trial(length, depth, trial, variant)
