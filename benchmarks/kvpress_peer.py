@@ -19,7 +19,7 @@ gitignored; torch first, so that pip keeps the CPU build):
 The cases are cachelimit's, not a copy: with the checkout on PYTHONPATH this imports its prompt builder and scorer
 (`cachelimit.bench.recall_prompts`: the same ids, keys and needle columns per trial) and loads SmolLM2 with
 `cachelimit.load_pretrained` (a `-tf4` converted copy); both import cleanly on transformers 4.57.6. kvpress is
-imported, never copied. The variants (`VARIANTS`), at `--budget` kept positions per layer (each KV head alike):
+imported, never copied. The variants (`VARIANTS`), at `--budget` kept positions per layer and KV head:
 - `unbounded`: no press;
 - `keydiff`, `tova`, `snapkv`, `streamingllm`: the press at the `compression_ratio` that keeps exactly `--budget` of
   the prompt's keys (`compute_n_kept`), applied as kvpress applies a press (its context manager hooks every
