@@ -14,7 +14,7 @@ import statistics
 from pathlib import Path
 
 from .alternate import spread
-from .plots import rolling_median, save_figure
+from .plots import median_steps, rolling_median, save_figure
 from .stats import MIB, ratios, wall_ratios
 
 CAP_PROMPT = 32
@@ -105,7 +105,7 @@ def plot_cap(cells: list[dict], path: Path) -> None:
         return
     figure, (time_axis, kv_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name, record in cell["per_variant"].items():
-        per_step = [statistics.median(steps) for steps in zip(*record["step_cpu_ms"], strict=True)]
+        per_step = median_steps(cell, record)
         style = {"linestyle": "--"} if record["variant"] == "dynamic" else {}
         tokens = range(3, len(per_step) + 3)  # the call's step i produces generated token i + 3
         time_axis.plot(tokens, rolling_median(per_step, 9), label=name, **style)

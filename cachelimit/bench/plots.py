@@ -40,10 +40,12 @@ def _curve_cell(cells: list[dict]) -> dict | None:
     return max(grid, key=lambda cell: cell["limit"], default=None)
 
 
-def _median_steps(record: dict) -> list[float]:
-    """CPU ms of each decode step, the median over the repeats (the calls are alternated, so each step's median
+def median_steps(cell: dict, record: dict) -> list[float]:
+    """CPU ms of each decode step, the median over the timed calls (the calls are alternated, so each step's median
     drops a step that a neighbour's burst hit)."""
-    return [statistics.median(steps) for steps in zip(*record["step_cpu_ms"], strict=True)]
+    from .stats import timed_calls
+
+    return [statistics.median(steps) for steps in zip(*timed_calls(cell, record), strict=True)]
 
 
 def plot_ms_per_token(cell: dict, path: Path) -> None:
@@ -51,7 +53,7 @@ def plot_ms_per_token(cell: dict, path: Path) -> None:
 
     figure, axis = plt.subplots(figsize=(9, 5))
     for record in cell["per_variant"].values():
-        steps = _median_steps(record)
+        steps = median_steps(cell, record)
         window = max(1, min(64, len(steps) // 16))
         tokens = range(3, len(steps) + 3)  # a call's step i produces generated token i + 3 (see bench.cell)
         label = LABELS[record["variant"]]

@@ -16,6 +16,11 @@ from .alternate import measurement_from_json
 MIB = 1 << 20
 
 
+def timed_calls(cell: dict, record: dict) -> list[list[float]]:
+    """A variant's CPU ms per step of each timed call: its record lists every call, the warm-up rounds first."""
+    return record["step_cpu_ms"][-cell["repeats"] :]
+
+
 def ratios(cell: dict, name: str, baseline: str) -> list[float]:
     """Per repeat: `name`'s steady CPU time / `baseline`'s of the same repeat (both variants of `cell`)."""
     measurement = measurement_from_json(cell["measurement"])
@@ -63,7 +68,7 @@ def long_run_stats(cell: dict) -> list[dict]:
     rows = []
     for name, record in cell["per_variant"].items():
         firsts, lasts = [], []
-        for steps in record["step_cpu_ms"]:
+        for steps in timed_calls(cell, record):
             after = steps[min(fill, len(steps) - 1) :]
             tenth = max(1, len(after) // 10)
             firsts.append(statistics.median(after[:tenth]))
