@@ -11,6 +11,7 @@ every call starts from the same state. The call times its own decode steps (`Ste
 step, the callback's sampling left out) and reports the steady ones as its `Timing`: the steps after the first
 `warm_up_steps(n)` (allocator and first-step work), or for the long run the steps after the window is full.
 Deterministic figures are recorded exactly: the KV bytes after every step and the tokens' hash of each variant.
+A variant's record lists the per-step times of every call, the warm-up rounds' first (`stats.timed_calls`).
 """
 
 from __future__ import annotations
