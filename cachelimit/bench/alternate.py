@@ -150,6 +150,25 @@ def measure(
     return Measurement(timings, baseline, load_before, os.getloadavg(), _torch_threads(), os.cpu_count(), orders)
 
 
+def measurement_from_json(data: dict) -> Measurement:
+    """The inverse of `Measurement.to_json` (the summary is recomputed, not read)."""
+    variants = {name: [Timing(**timing) for timing in timings] for name, timings in data["variants"].items()}
+    return Measurement(
+        variants,
+        data["baseline"],
+        tuple(data["load_before"]),
+        tuple(data["load_after"]),
+        data["threads"],
+        data["cores"],
+        data.get("orders", []),
+    )
+
+
+def spread(ratios: list[float]) -> str:
+    """`median [min, max]` of per-repeat ratios, two decimals: how every benchmark table prints a ratio."""
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
+
+
 def _call(name: str, fn: Callable[[], object], setup: Callable[[str], object] | None) -> Timing:
     if setup is not None:
         setup(name)

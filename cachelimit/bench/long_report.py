@@ -11,7 +11,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from .alternate import Measurement, Timing
+from .alternate import measurement_from_json, spread
 from .long_steps import AT_LIMIT, CACHELIMIT, IDEAL, NATIVE, SINKS_VARIANT, UNBOUNDED, VARIANTS
 from .plots import save_figure
 
@@ -32,24 +32,6 @@ STYLE = {
     NATIVE: {"marker": "x"},
     IDEAL: {"linestyle": "--"},
 }
-
-
-def measurement_from_json(data: dict) -> Measurement:
-    """The inverse of `Measurement.to_json` (the summary is recomputed, not read)."""
-    variants = {name: [Timing(**timing) for timing in timings] for name, timings in data["variants"].items()}
-    return Measurement(
-        variants,
-        data["baseline"],
-        tuple(data["load_before"]),
-        tuple(data["load_after"]),
-        data["threads"],
-        data["cores"],
-        data.get("orders", []),
-    )
-
-
-def spread(ratios: list[float]) -> str:
-    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
 def step_rows(cell: dict) -> list[dict]:

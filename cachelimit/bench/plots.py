@@ -31,101 +31,102 @@ def rolling_median(values: list[float], window: int) -> list[float]:
     return [statistics.median(values[max(0, i - window + 1) : i + 1]) for i in range(len(values))]
 
 
-def _curve_runs(results: list[dict]) -> list[dict]:
-    """The long runs, or (without them) the grid's batch-1 Mistral runs at its largest L."""
-    long_runs = [run for run in results if run["role"] == "long"]
-    if long_runs:
-        return long_runs
-    grid = [run for run in results if run["role"] == "grid" and run["family"] == "mistral" and run["batch"] == 1]
-    largest = max((run["limit"] for run in grid), default=None)
-    return [run for run in grid if run["limit"] == largest]
+def _curve_cell(cells: list[dict]) -> dict | None:
+    """The long run, or (without it) the grid's batch-1 Mistral cell at its largest L."""
+    long = next((cell for cell in cells if cell["role"] == "long"), None)
+    if long:
+        return long
+    grid = [c for c in cells if c["role"] == "grid" and c["family"] == "mistral" and c["batch"] == 1]
+    return max(grid, key=lambda cell: cell["limit"], default=None)
 
 
-def plot_ms_per_token(runs: list[dict], path: Path) -> None:
+def median_steps(cell: dict, record: dict) -> list[float]:
+    """CPU ms of each decode step, the median over the timed calls (the calls are alternated, so each step's median
+    drops a step that a neighbour's burst hit)."""
+    from .stats import timed_calls
+
+    return [statistics.median(steps) for steps in zip(*timed_calls(cell, record), strict=True)]
+
+
+def plot_ms_per_token(cell: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(9, 5))
-    for run in runs:
-        steps = run["step_ms"]
+    for record in cell["per_variant"].values():
+        steps = median_steps(cell, record)
         window = max(1, min(64, len(steps) // 16))
-        tokens = range(2, len(steps) + 2)  # step i produces generated token i + 2 (token 1 comes from the prefill)
-        label = LABELS[run["variant"]]
-        axis.plot(tokens, rolling_median(steps, window), label=label, **STYLE.get(run["variant"], {}))
-    if runs:
-        run = runs[0]
-        axis.axvline(max(0, run["limit"] - run["prompt_tokens"]), color="grey", linestyle=":", label="window full")
-        axis.set_title(f"ms per decode step, {run['family']} L={run['limit']} batch {run['batch']} (rolling median)")
+        tokens = range(3, len(steps) + 3)  # a call's step i produces generated token i + 3 (see bench.cell)
+        label = LABELS[record["variant"]]
+        axis.plot(tokens, rolling_median(steps, window), label=label, **STYLE.get(record["variant"], {}))
+    axis.axvline(max(0, cell["limit"] - cell["prompt_tokens"]), color="grey", linestyle=":", label="window full")
+    title = f"CPU ms per decode step, {cell['family']} L={cell['limit']} batch {cell['batch']}"
+    axis.set_title(f"{title} ({cell['repeats']} repeats alternated, rolling median)")
     axis.set_xlabel("generated tokens")
-    axis.set_ylabel("ms / step")
+    axis.set_ylabel("CPU ms / step")
     axis.set_ylim(bottom=0)
     axis.legend()
     save_figure(figure, path)
 
 
-def plot_memory(runs: list[dict], path: Path) -> None:
+def plot_memory(cell: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    figure, (kv_axis, rss_axis) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for run in runs:
-        tokens = [sample[0] for sample in run["samples"]]
-        style = STYLE.get(run["variant"], {})
-        kv_axis.plot(tokens, [sample[1] / MIB for sample in run["samples"]], label=LABELS[run["variant"]], **style)
-        rss_axis.plot(tokens, [sample[2] / MIB for sample in run["samples"]], label=LABELS[run["variant"]], **style)
-    kv_axis.set_title("KV cache bytes held (sum of key/value storages)")
+    figure, kv_axis = plt.subplots(figsize=(8, 4.5))
+    for record in cell["per_variant"].values():
+        tokens = [sample[0] for sample in record["samples"]]
+        style = STYLE.get(record["variant"], {})
+        label = LABELS[record["variant"]]
+        kv_axis.plot(tokens, [sample[1] / MIB for sample in record["samples"]], label=label, **style)
+    kv_axis.set_title("KV cache bytes held (sum of key/value storages, exact)")
     kv_axis.set_ylabel("MiB")
-    rss_axis.set_title("process RSS (one fresh process per variant)")
-    rss_axis.set_ylabel("MiB")
-    for axis in (kv_axis, rss_axis):
-        axis.set_xlabel("generated tokens")
-        axis.legend(fontsize=8)
+    kv_axis.set_xlabel("generated tokens")
+    kv_axis.legend(fontsize=8)
     save_figure(figure, path)
 
 
-def plot_grid(summaries: list[dict], path: Path) -> None:
+def plot_grid(cells: list[dict], path: Path) -> None:
+    """Per model and batch: each variant's CPU ratio to the cell's baseline against L, median with [min, max]."""
     import matplotlib.pyplot as plt
 
-    grid = [s for s in summaries if s["role"] == "grid"]
-    families = sorted({s["family"] for s in grid}, key=lambda f: f != "mistral")
-    batches = sorted({s["batch"] for s in grid})
+    from .stats import ratios
+
+    grid = [c for c in cells if c["role"] == "grid"]
     if not grid:
         return
+    families = sorted({c["family"] for c in grid}, key=lambda f: f != "mistral")
+    batches = sorted({c["batch"] for c in grid})
     figure, axes = plt.subplots(
         len(families), len(batches), figsize=(5.5 * len(batches), 4 * len(families)), squeeze=False
     )
     for row, family in enumerate(families):
         for column, batch in enumerate(batches):
             axis = axes[row][column]
+            cells = sorted((c for c in grid if (c["family"], c["batch"]) == (family, batch)), key=lambda c: c["limit"])
             for variant, label in LABELS.items():
-                points = sorted(
-                    (s["limit"], s)
-                    for s in grid
-                    if (s["family"], s["batch"], s["variant"]) == (family, batch, variant)
-                )
+                points = [
+                    (c["limit"], ratios(c, variant, c["baseline"])) for c in cells if variant in c["per_variant"]
+                ]
                 if points:
+                    medians = [statistics.median(values) for _, values in points]
+                    low = [m - min(values) for m, (_, values) in zip(medians, points, strict=True)]
+                    high = [max(values) - m for m, (_, values) in zip(medians, points, strict=True)]
                     limits = [limit for limit, _ in points]
-                    medians = [s["median_ms"] for _, s in points]
-                    spread = [
-                        [s["median_ms"] - s["q1_ms"] for _, s in points],
-                        [s["q3_ms"] - s["median_ms"] for _, s in points],
-                    ]
-                    axis.errorbar(
-                        limits, medians, yerr=spread, label=label, marker="o", capsize=3, **STYLE.get(variant, {})
-                    )
+                    axis.errorbar(limits, medians, yerr=[low, high], label=label, marker="o", capsize=3,
+                                  **STYLE.get(variant, {}))  # fmt: skip
             axis.set_xscale("log", base=2)
             axis.set_title(f"{family}, batch {batch}")
             axis.set_xlabel("cache limit L (window full)")
-            axis.set_ylabel("ms / step (median, IQR bars)")
-            axis.set_ylim(bottom=0)
+            axis.set_ylabel(f"CPU time / {grid[0]['baseline']}'s, same repeat (median, [min, max])")
     axes[0][0].legend(fontsize=7)
     save_figure(figure, path)
 
 
-def plot_all(results: list[dict], summaries: list[dict], out: Path) -> None:
+def plot_all(cells: list[dict], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    runs = _curve_runs(results)
-    if runs:
-        plot_ms_per_token(runs, out / "bench_ms_per_token.png")
-        plot_memory(runs, out / "bench_memory.png")
-    plot_grid(summaries, out / "bench_grid.png")
+    cell = _curve_cell(cells)
+    if cell:
+        plot_ms_per_token(cell, out / "bench_ms_per_token.png")
+        plot_memory(cell, out / "bench_memory.png")
+    plot_grid(cells, out / "bench_grid.png")

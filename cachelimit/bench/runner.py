@@ -1,7 +1,7 @@
 """Runs the planned benchmark jobs in worker processes, with a progress bar, and estimates how long they take.
 
-Each worker is `python -m cachelimit.bench.worker`: a fresh interpreter per run (unless --shared-process), so the
-peak RSS a run reports is its own. Its stdout carries `@job i` / `@steps n` lines for the progress bar.
+Each worker is `python -m cachelimit.bench.worker`: a fresh interpreter per cell (unless --shared-process), which
+times the cell's variants alternated in it. Its stdout carries `@job i` / `@steps n` lines for the progress bar.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class _GroupProgress:
         progress.set_description(describe(group[0]))
 
     def finish_job(self) -> None:
-        self.progress.update(max(0, self.group[self.job]["new_tokens"] - self.steps))
+        self.progress.update(max(0, job_steps(self.group[self.job]) - self.steps))
         self.steps = 0
 
     def __call__(self, line: str) -> None:
@@ -67,9 +67,14 @@ def job_key(job: dict) -> str:
 
 
 JOB_KEYS = (
-    "role", "family", "variant", "limit", "batch", "prompt_tokens", "new_tokens", "shape", "seed", "threads",
-    "repeat", "positions", "sample_every",
+    "role", "family", "variants", "baseline", "limit", "batch", "prompt_tokens", "new_tokens", "shape", "seed",
+    "threads", "repeats", "warmup", "positions", "sample_every",
 )  # fmt: skip
+
+
+def job_steps(job: dict) -> int:
+    """Decode steps a cell's timed and warm-up calls report (each call continues the prefill for new - 1 tokens)."""
+    return (job["new_tokens"] - 1) * len(job["variants"]) * (job["repeats"] + job["warmup"])
 
 
 def load_journal(journal: Path, jobs: list[dict]) -> list[dict]:
@@ -120,16 +125,19 @@ def estimate(jobs: list[dict], settings: dict, figures: dict | None) -> float | 
     total = figures["startup_s"] * (1 if settings["shared_process"] else len(jobs))
     for job in jobs:
         family, batch = figures["families"][job["family"]], str(job["batch"])
-        dynamic = job["variant"] == "dynamic"
-        context = job["prompt_tokens"] + job["new_tokens"] / 2  # the cache's mean length over the run
-        context = context if dynamic else min(context, job["limit"] + 1)  # a bounded ring holds at most L + 1
-        touches = {"dynamic": 3, "native_sliding": 3, "native_static": 5}.get(job["variant"], 1)
-        kv_bytes = touches * context * family["kv_bytes_per_position"] * job["batch"]
-        step = family["step_ms"][batch] / 1e3 + kv_bytes / figures["copy_bytes_per_s"]
-        prefill = job["prompt_tokens"] * job["batch"] * family["prefill_s_per_token"][batch]
-        total += family["build_s"] + prefill + job["new_tokens"] * step
+        rounds = job["repeats"] + job["warmup"]
+        total += family["build_s"] * (1 + any(variant.startswith("native") for _, variant, _ in job["variants"]))
+        for _, variant, limit in job["variants"]:
+            dynamic = variant == "dynamic" or not limit
+            context = job["prompt_tokens"] + job["new_tokens"] / 2  # the cache's mean length over the run
+            context = context if dynamic else min(context, limit + 1)  # a bounded ring holds at most L + 1
+            touches = {"dynamic": 3, "native_sliding": 3, "native_static": 5}.get(variant, 1)
+            kv_bytes = touches * context * family["kv_bytes_per_position"] * job["batch"]
+            step = family["step_ms"][batch] / 1e3 + kv_bytes / figures["copy_bytes_per_s"]
+            prefill = job["prompt_tokens"] * job["batch"] * family["prefill_s_per_token"][batch]
+            total += prefill + rounds * job["new_tokens"] * step
     return total
 
 
 def describe(job: dict) -> str:
-    return f"{job['role']} {job['family']} L={job['limit']} B={job['batch']} {job['variant']}"
+    return f"{job['role']} {job['family']} L={job['limit']} B={job['batch']}"

@@ -1,77 +1,92 @@
-"""Statistics of benchmark runs: per-cell summaries of the raw per-step times, long-run flatness, lookups.
+"""Statistics of a benchmark sweep's cells: per-variant CPU-time ratios, long-run flatness, lookups.
 
+A cell is one process in which every variant was timed alternated (`bench.cell`); its `measurement` holds each
+variant's steady CPU and wall seconds per repeat. A ratio pairs a variant's call with another variant's call of the
+same repeat (`ratios(cell, name, baseline)`), so the [min, max] of the ratios over the repeats is the noise left.
 Shared by `report` (targets, JSON) and `tables` (markdown); it imports neither, so they import it one way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
+from .alternate import measurement_from_json
+
 MIB = 1 << 20
-WARM_UP = 8  # first decode steps of a run left out of its statistics (allocator and cache warm-up)
 
 
-def timed_steps(run: dict) -> list[float]:
-    steps = run["step_ms"]
-    return steps[min(WARM_UP, len(steps) // 8) :]
+def timed_calls(cell: dict, record: dict) -> list[list[float]]:
+    """A variant's CPU ms per step of each timed call: its record lists every call, the warm-up rounds first."""
+    return record["step_cpu_ms"][-cell["repeats"] :]
 
 
-def summarize(runs: list[dict]) -> dict:
-    """One variant in one cell: median / quartiles of the timed steps of all its repeats pooled, each repeat's own
-    median (their spread shows the run-to-run noise), tokens/s, KV bytes and the largest peak RSS of the repeats."""
-    first = runs[0]
-    pooled = [step for run in runs for step in timed_steps(run)]
-    q1, median, q3 = statistics.quantiles(pooled, n=4, method="inclusive") if len(pooled) > 1 else pooled * 3
-    keys = ("role", "family", "variant", "limit", "batch", "prompt_tokens", "new_tokens", "layer_class", "tokens_sha1")
-    return {
-        **{key: first[key] for key in keys},
-        "repeats": len(runs),
-        "median_ms": median,
-        "q1_ms": q1,
-        "q3_ms": q3,
-        "iqr_ms": q3 - q1,
-        "repeat_medians_ms": [statistics.median(timed_steps(run)) for run in runs],
-        "tokens_per_s": first["batch"] * len(pooled) * 1e3 / sum(pooled),
-        "kv_mib": first["kv_bytes"] / MIB,
-        "peak_rss_mib": max(run["peak_rss_bytes"] for run in runs) / MIB,
-        "prefill_s": statistics.median(run["prefill_s"] for run in runs),
-        "same_tokens_every_repeat": len({run["tokens_sha1"] for run in runs}) == 1,
-    }
+def ratios(cell: dict, name: str, baseline: str) -> list[float]:
+    """Per repeat: `name`'s steady CPU time / `baseline`'s of the same repeat (both variants of `cell`)."""
+    measurement = measurement_from_json(cell["measurement"])
+    return dataclasses.replace(measurement, baseline=baseline).ratios(name)
 
 
-def summarize_all(results: list[dict]) -> list[dict]:
-    groups: dict[tuple, list[dict]] = {}
-    for run in results:
-        key = (run["role"], run["family"], run["variant"], run["limit"], run["batch"])
-        groups.setdefault(key, []).append(run)
-    return [summarize(runs) for runs in groups.values()]
+def wall_ratios(cell: dict, name: str, baseline: str) -> list[float]:
+    measurement = measurement_from_json(cell["measurement"])
+    return dataclasses.replace(measurement, baseline=baseline).wall_ratios(name)
 
 
-def long_run_stats(run: dict) -> dict:
-    """Flatness (last 10 % of the steps after the window filled vs the first 10 %) and peak-RSS growth from a
-    quarter of the run (2k of 8k tokens) to its end."""
-    fill = max(0, run["limit"] - run["prompt_tokens"])
-    after = run["step_ms"][fill:]
-    tenth = max(1, len(after) // 10)
-    first, last = statistics.median(after[:tenth]), statistics.median(after[-tenth:])
-    quarter = next(sample for sample in run["samples"] if sample[0] >= run["new_tokens"] // 4)
-    final = run["samples"][-1]
-    return {
-        "variant": run["variant"],
-        "limit": run["limit"],
-        "new_tokens": run["new_tokens"],
-        "fill_step": fill,
-        "first_tenth_ms": first,
-        "last_tenth_ms": last,
-        "flatness_ratio": last / first,
-        "quarter_tokens": quarter[0],
-        "hwm_quarter_mib": quarter[3] / MIB,
-        "hwm_end_mib": final[3] / MIB,
-        "rss_growth": (final[3] - quarter[3]) / quarter[3],
-        "kv_quarter_mib": quarter[1] / MIB,
-        "kv_end_mib": final[1] / MIB,
-    }
+def conditions(cell: dict) -> str:
+    return measurement_from_json(cell["measurement"]).conditions()
 
 
-def find(summaries: list[dict], **where) -> dict | None:
-    return next((s for s in summaries if all(s[key] == value for key, value in where.items())), None)
+def summarize(cell: dict) -> list[dict]:
+    """One row per variant of one cell: median CPU and wall ms per steady step, the CPU ratios to the cell's
+    baseline per repeat, the exact KV bytes at the end and whether its tokens equal cachelimit's."""
+    measurement = measurement_from_json(cell["measurement"])
+    reference = cell["per_variant"].get("cachelimit", {}).get("tokens_sha1")
+    rows = []
+    for name, record in cell["per_variant"].items():
+        summary = measurement.summary(name)
+        steps = max(1, record["steady_steps"])
+        same = None if reference is None or name == "cachelimit" else record["tokens_sha1"] == reference
+        rows.append({
+            "role": cell["role"], "family": cell["family"], "limit": cell["limit"], "batch": cell["batch"],
+            "name": name, "variant": record["variant"], "baseline": measurement.baseline,
+            "cpu_ms": summary["cpu_s_median"] * 1e3 / steps, "wall_ms": summary["wall_s_median"] * 1e3 / steps,
+            "ratios": measurement.ratios(name), "wall_ratio_median": summary["wall_ratio_median"],
+            "n": summary["n"], "kv_mib": record["kv_bytes"] / MIB, "layer_class": record["layer_class"],
+            "tokens_sha1": record["tokens_sha1"], "same_tokens_as_cachelimit": same,
+        })  # fmt: skip
+    return rows
+
+
+def summarize_all(cells: list[dict]) -> list[dict]:
+    return [row for cell in cells for row in summarize(cell)]
+
+
+def long_run_stats(cell: dict) -> list[dict]:
+    """Per variant of the long run: flatness, per repeat the median CPU ms of the last 10 % of the steps after the
+    window filled over that of the first 10 %; and the KV bytes (exact) a quarter of the way and at the end."""
+    fill = max(0, cell["limit"] - cell["prompt_tokens"])
+    rows = []
+    for name, record in cell["per_variant"].items():
+        firsts, lasts = [], []
+        for steps in timed_calls(cell, record):
+            after = steps[min(fill, len(steps) - 1) :]
+            tenth = max(1, len(after) // 10)
+            firsts.append(statistics.median(after[:tenth]))
+            lasts.append(statistics.median(after[-tenth:]))
+        quarter = next(s for s in record["samples"] if s[0] >= cell["new_tokens"] // 4)
+        final = record["samples"][-1]
+        rows.append({
+            "name": name, "variant": record["variant"], "limit": cell["limit"], "new_tokens": cell["new_tokens"],
+            "fill_step": fill, "first_tenth_ms": statistics.median(firsts), "last_tenth_ms": statistics.median(lasts),
+            "flatness": [last / first for first, last in zip(firsts, lasts, strict=True)],
+            "quarter_tokens": quarter[0], "kv_quarter_mib": quarter[1] / MIB, "kv_end_mib": final[1] / MIB,
+        })  # fmt: skip
+    return rows
+
+
+def find(rows: list[dict], **where) -> dict | None:
+    return next((row for row in rows if all(row.get(key) == value for key, value in where.items())), None)
+
+
+def find_cell(cells: list[dict], **where) -> dict | None:
+    return find(cells, **where)

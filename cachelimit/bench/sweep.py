@@ -3,8 +3,9 @@
 Compares, on the same seeded weights, six ways to decode: the unbounded dynamic cache, transformers' own sliding
 window (Mistral `sliding_window = L + 1`, dynamic and static layers: they copy the whole window every step),
 cachelimit (`cache_limit=L`, and with 4 sinks), and an "ideal" cache that only writes each new token in place into
-L + 1 preallocated slots (the speed bound). Each run is timed through `model.generate` and runs in a fresh process,
-so its peak RSS is its own. The grid runs start from an L-token prompt, so every timed step decodes with a full
+L + 1 preallocated slots (the speed bound). Each cell (a model, L, batch) runs in one fresh process, where its variants
+are timed through `model.generate`, alternated (`bench.cell`, `bench.alternate.measure`): CPU-time ratios to the
+ideal cache of the same repeat, median [min, max], wall time beside, load average recorded. The grid runs start from an L-token prompt, so every timed step decodes with a full
 window; one long run (8k tokens, L=1024) shows the window filling, then staying flat in time and memory; the "cap"
 scenario (`bench.cap`) checks that a limit far above the length costs what the unbounded cache costs.
 
@@ -58,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--long-tokens", type=int, help="tokens of the long run at --long-limit, batch 1 (8192; quick: 768; 0: skip)"
     )
     parser.add_argument(
-        "--repeats", type=int, default=1, help="fresh runs per grid cell and variant, in alternating order (1)"
+        "--repeats", type=int, default=3, help="timed rounds per cell, its variants alternated in one process (3)"
     )
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds per cell before the timed ones (1)")
     parser.add_argument("--long-limit", type=int, default=None, help="cache limit of the long run (1024; quick: 128)")
     parser.add_argument(
         "--cap-tokens",
@@ -105,28 +107,33 @@ def resolve(args: argparse.Namespace) -> dict:
         "models": args.models,
         "variants": args.variants,
         "repeats": args.repeats,
+        "warmup": args.warmup,
         "seed": args.seed,
         "threads": args.threads,
         "shared_process": args.shared_process or args.quick,
         "quick": args.quick,
     }
-    for name, minimum in (("tokens", 2), ("long_tokens", 0), ("repeats", 1), ("long_limit", 1), ("cap_tokens", 0)):
+    for name, minimum in (
+        ("tokens", 4),
+        ("long_tokens", 0),
+        ("repeats", 1),
+        ("warmup", 0),
+        ("long_limit", 1),
+        ("cap_tokens", 0),
+    ):
         if settings[name] < minimum:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {minimum}, got {settings[name]}")
     return settings
 
 
 def plan(settings: dict) -> list[dict]:
-    """Every run of the sweep: the grid (L-token prompt: the window is full from the first step), then the long run.
-    Repeats of a cell alternate the order of the variants, so a slow spell of the machine does not always hit the
-    same one."""
+    """Every cell of the sweep, each one job (one process, its variants alternated in it, `bench.cell`): the grid
+    (L-token prompt: the window is full from the first step), then the long run, then the cap scenario."""
     jobs = [] if settings.get("cap_only") else _grid_and_long_jobs(settings)
     if settings.get("cap_tokens") and "mistral" in settings["models"]:
-        variants = cap_variants(settings["cap_tokens"])
-        for repeat in range(settings["repeats"]):
-            for variant, limit, _ in variants if repeat % 2 == 0 else variants[::-1]:
-                job = _job(settings, "cap", "mistral", variant, limit, 1, CAP_PROMPT, settings["cap_tokens"])
-                jobs.append({**job, "repeat": repeat, "sample_every": 1})  # KV bytes after every step
+        variants = [[name, variant, limit] for variant, limit, name in cap_variants(settings["cap_tokens"])]
+        job = _job(settings, "cap", "mistral", variants, 0, 1, CAP_PROMPT, settings["cap_tokens"])
+        jobs.append({**job, "sample_every": 1})  # KV bytes after every step
     positions = {family: 0 for family in MODELS}
     for job in jobs:
         positions[job["family"]] = max(positions[job["family"]], job["prompt_tokens"] + job["new_tokens"])
@@ -138,27 +145,26 @@ def plan(settings: dict) -> list[dict]:
 def _grid_and_long_jobs(settings: dict) -> list[dict]:
     jobs = []
     for family in settings["models"]:
-        variants = [v for v in settings["variants"] if family == "mistral" or v not in NATIVE]
+        names = [v for v in settings["variants"] if family == "mistral" or v not in NATIVE]
         for limit in settings["limits"]:
             for batch in settings["batches"]:
-                for repeat in range(settings["repeats"]):
-                    for variant in variants if repeat % 2 == 0 else variants[::-1]:
-                        job = _job(settings, "grid", family, variant, limit, batch, limit, settings["tokens"])
-                        jobs.append({**job, "repeat": repeat})
-    if settings["long_tokens"] and "mistral" in settings["models"]:
-        for variant in (name for name in LONG_VARIANTS if name in settings["variants"]):
-            long_prompt = min(32, settings["long_limit"])
-            limit = settings["long_limit"]
-            job = _job(settings, "long", "mistral", variant, limit, 1, long_prompt, settings["long_tokens"])
-            jobs.append({**job, "repeat": 0})
+                variants = [[name, name, limit] for name in names]
+                jobs.append(_job(settings, "grid", family, variants, limit, batch, limit, settings["tokens"]))
+    names = [name for name in LONG_VARIANTS if name in settings["variants"]]
+    if settings["long_tokens"] and "mistral" in settings["models"] and names:
+        limit = settings["long_limit"]
+        variants = [[name, name, limit] for name in names]
+        jobs.append(_job(settings, "long", "mistral", variants, limit, 1, min(32, limit), settings["long_tokens"]))
     return jobs
 
 
-def _job(settings, role, family, variant, limit, batch, prompt_tokens, new_tokens) -> dict:
+def _job(settings, role, family, variants, limit, batch, prompt_tokens, new_tokens) -> dict:
+    names = [name for name, _, _ in variants]
     return {
         "role": role,
         "family": family,
-        "variant": variant,
+        "variants": variants,  # [name, variant, cache limit]
+        "baseline": "ideal" if "ideal" in names else names[0],
         "limit": limit,
         "batch": batch,
         "prompt_tokens": prompt_tokens,
@@ -166,6 +172,8 @@ def _job(settings, role, family, variant, limit, batch, prompt_tokens, new_token
         "shape": settings["shape"],
         "seed": settings["seed"],
         "threads": settings["threads"],
+        "repeats": settings["repeats"],
+        "warmup": settings["warmup"],
         "sample_every": 64 if role == "long" else 16,
         "progress": True,
     }
@@ -207,12 +215,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Estimated duration: {guess} (other load on the CPU makes it longer).", flush=True)
         if args.dry_run:
             for job in todo:
-                print(f"  {runner.describe(job)}: prompt {job['prompt_tokens']}, {job['new_tokens']} new tokens")
+                names = ", ".join(name for name, _, _ in job["variants"])
+                print(
+                    f"  {runner.describe(job)}: prompt {job['prompt_tokens']}, {job['new_tokens']} new tokens: {names}"
+                )
             return 0
         args.out.mkdir(parents=True, exist_ok=True)
         if not args.resume:
             journal.write_text("")
-        with tqdm(total=sum(job["new_tokens"] for job in todo), unit="step", dynamic_ncols=True) as progress:
+        with tqdm(total=sum(map(runner.job_steps, todo)), unit="step", dynamic_ncols=True) as progress:
             results, failures = runner.run_sweep(todo, settings, Path(tmp), progress, journal)
         results = done + results
     duration = time.perf_counter() - started

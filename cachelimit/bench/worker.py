@@ -1,17 +1,16 @@
-"""One benchmark run per process: build the seeded model, generate with one cache variant, time every step.
+"""The benchmark's worker process: the seeded models, the cache variants, the step clock; one cell per process.
 
-`cachelimit.benchmark` starts `python -m cachelimit.bench.worker SPECS.json RESULTS.json` once per run, so the
-peak RSS (VmHWM) a run reports is its own and not a leftover of the run before it. Progress goes to stdout as
-`@steps N` lines, which the parent turns into its progress bar.
+`cachelimit bench` starts `python -m cachelimit.bench.worker SPECS.json RESULTS.json` once per cell (a model, L and
+batch): every variant of the cell is measured in that process, alternated (`bench.cell`). Progress goes to stdout
+as `@steps N` lines, which the parent turns into its progress bar.
 
-Timing goes through `model.generate` (what users run): a `StoppingCriteria` stamps the clock each time a token is
-chosen. A step's time runs from leaving one stamp to arriving at the next, so the sampling done inside the callback
-(cache bytes, RSS) is not counted.
+Timing goes through `model.generate` (what users run): a `StoppingCriteria` stamps the clocks (CPU time of the
+process and wall time) each time a token is chosen. A step's time runs from leaving one stamp to arriving at the
+next, so the sampling done inside the callback (cache bytes, RSS) is not counted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import resource
 import sys
@@ -23,8 +22,7 @@ from transformers.cache_utils import Cache
 
 from cachelimit.bench.ideal import RingBufferLayer
 from cachelimit.core.cache import kv_bytes
-from cachelimit.families.patching import patch
-from cachelimit.hf.compat import CACHE_ARGUMENT, passed_cache
+from cachelimit.hf.compat import CACHE_ARGUMENT
 
 #: (layers, hidden, heads, MLP width); vocab 1024, float32. "full" is the issue's Mistral-/GPT-2-small shape.
 SHAPES = {"full": (12, 768, 12, 3072), "quick": (4, 256, 4, 1024)}
@@ -92,10 +90,13 @@ class StepClock(StoppingCriteria):
         self.sample_every, self.cache_ref, self.progress = sample_every, cache_ref, progress
         self.arrive: list[float] = []
         self.leave: list[float] = []
+        self.arrive_cpu: list[float] = []
+        self.leave_cpu: list[float] = []
         self.samples: list[list[int]] = []
         self.reported = 0
 
     def __call__(self, input_ids, scores, **kwargs):
+        self.arrive_cpu.append(time.process_time())
         self.arrive.append(time.perf_counter())
         count = len(self.arrive)
         if count == 1 or count % self.sample_every == 0:
@@ -105,6 +106,7 @@ class StepClock(StoppingCriteria):
                 print(f"@steps {count - self.reported}", flush=True)
                 self.reported = count
         self.leave.append(time.perf_counter())
+        self.leave_cpu.append(time.process_time())
         return self.never
 
     def __deepcopy__(self, memo):
@@ -113,6 +115,10 @@ class StepClock(StoppingCriteria):
     def step_seconds(self) -> list[float]:
         """Seconds of each decode step (from leaving one stamp to arriving at the next)."""
         return [arrive - leave for arrive, leave in zip(self.arrive[1:], self.leave[:-1], strict=True)]
+
+    def step_cpu_seconds(self) -> list[float]:
+        """CPU seconds of this process in each decode step, stamped like `step_seconds`."""
+        return [arrive - leave for arrive, leave in zip(self.arrive_cpu[1:], self.leave_cpu[:-1], strict=True)]
 
 
 def variant_kwargs(spec: dict, model) -> dict:
@@ -131,53 +137,6 @@ def variant_kwargs(spec: dict, model) -> dict:
             CACHE_ARGUMENT: Cache(layers=[RingBufferLayer(limit + 1) for _ in range(model.config.num_hidden_layers)])
         }
     raise ValueError(f"Unknown variant {variant!r}.")
-
-
-def run_one(spec: dict) -> dict:
-    """Generate `new_tokens` after a seeded random prompt of `prompt_tokens` with one variant; return raw figures."""
-    family, variant, limit, batch = spec["family"], spec["variant"], spec["limit"], spec["batch"]
-    window = limit + 1 if variant.startswith("native") else None
-    model = build_model(family, spec["shape"], spec["seed"], spec["positions"], sliding_window=window)
-    patch(family)
-    generator = torch.Generator().manual_seed(spec["seed"] + 1)
-    prompt = torch.randint(1, VOCAB, (batch, spec["prompt_tokens"]), generator=generator)
-    cache_ref: dict = {}
-
-    def grab_cache(module, args, kwargs):
-        cache_ref.setdefault("cache", passed_cache(kwargs))
-
-    hook = model.register_forward_pre_hook(grab_cache, with_kwargs=True)
-    clock = StepClock(batch, spec["sample_every"], cache_ref, spec.get("progress", False))
-    start = time.perf_counter()
-    with torch.inference_mode():
-        output = model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=spec["new_tokens"],
-            do_sample=False,
-            stopping_criteria=[clock],
-            disable_compile=True,
-            **variant_kwargs(spec, model),
-        )
-    hook.remove()
-    cache = cache_ref.get("cache")
-    status = proc_status()
-    step_ms = [seconds * 1e3 for seconds in clock.step_seconds()]
-    new_tokens = output[:, spec["prompt_tokens"] :].contiguous()
-    return {
-        **spec,
-        "prefill_s": clock.arrive[0] - start,
-        "total_s": time.perf_counter() - start,
-        "step_ms": [round(value, 4) for value in step_ms],
-        "samples": clock.samples + [[len(clock.arrive), kv_bytes(cache), status["VmRSS"], status["VmHWM"]]],
-        "kv_bytes": kv_bytes(cache),
-        "peak_rss_bytes": status["VmHWM"],
-        "ru_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "cache_class": type(cache).__name__,
-        "layer_class": type(cache.layers[0]).__name__ if getattr(cache, "layers", None) else None,
-        "tokens_sha1": hashlib.sha1(new_tokens.numpy().tobytes()).hexdigest()[:16],
-        "torch_threads": torch.get_num_threads(),
-    }
 
 
 def calibrate(spec: dict) -> dict:
@@ -231,12 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(specs, dict):
         results = {**calibrate(specs), "compute_s": time.perf_counter() - started}
     else:
+        from .cell import run_cell
+
         results = []
         for index, spec in enumerate(specs):
             if spec.get("threads"):
                 torch.set_num_threads(spec["threads"])
             print(f"@job {index}", flush=True)
-            results.append(run_one(spec))
+            results.append(run_cell(spec))
     with open(result_path, "w") as handle:
         json.dump(results, handle)
     return 0
