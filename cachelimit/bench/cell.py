@@ -12,19 +12,23 @@ step, the callback's sampling left out) and reports the steady ones as its `Timi
 `warm_up_steps(n)` (allocator and first-step work), or for the long run the steps after the window is full.
 Deterministic figures are recorded exactly: the KV bytes after every step and the tokens' hash of each variant.
 A variant's record lists the per-step times of every call, the warm-up rounds' first (`stats.timed_calls`).
+This module is the worker process itself (`python -m cachelimit.bench.cell SPECS.json RESULTS.json`, `main`).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
+import sys
+import time
 
 import torch
 
 from ..core.cache import kv_bytes
 from ..hf.compat import CACHE_ARGUMENT, passed_cache
 from .alternate import Timing, measure
-from .worker import VOCAB, StepClock, build_model, proc_status, variant_kwargs
+from .worker import VOCAB, StepClock, build_model, calibrate, proc_status, variant_kwargs
 
 WARM_UP = 8  # first decode steps of a call left out of its timing (allocator and cache warm-up)
 
@@ -155,3 +159,27 @@ def run_cell(job: dict) -> dict:
         "peak_rss_bytes": status["VmHWM"],
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`SPECS.json RESULTS.json`: run each spec of the list in this process (or a calibration), write the results."""
+    spec_path, result_path = (argv if argv is not None else sys.argv[1:])[:2]
+    with open(spec_path) as handle:
+        specs = json.load(handle)
+    started = time.perf_counter()
+    if isinstance(specs, dict):
+        results = {**calibrate(specs), "compute_s": time.perf_counter() - started}
+    else:
+        results = []
+        for index, spec in enumerate(specs):
+            if spec.get("threads"):
+                torch.set_num_threads(spec["threads"])
+            print(f"@job {index}", flush=True)
+            results.append(run_cell(spec))
+    with open(result_path, "w") as handle:
+        json.dump(results, handle)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

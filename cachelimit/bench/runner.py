@@ -1,6 +1,6 @@
 """Runs the planned benchmark jobs in worker processes, with a progress bar, and estimates how long they take.
 
-Each worker is `python -m cachelimit.bench.worker`: a fresh interpreter per cell (unless --shared-process), which
+Each worker is `python -m cachelimit.bench.cell`: a fresh interpreter per cell (unless --shared-process), which
 times the cell's variants alternated in it. Its stdout carries `@job i` / `@steps n` lines for the progress bar.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 def _run_worker(
-    specs, workdir: Path, index, on_line, module: str = "cachelimit.bench.worker"
+    specs, workdir: Path, index, on_line, module: str = "cachelimit.bench.cell"
 ) -> tuple[list[dict] | dict | None, str]:
     """Run `specs` (a list of runs, or a calibration) in one fresh worker process (`python -m module SPECS RESULTS`);
     `on_line` sees its stdout lines. Returns (results, stderr); results is None when the worker failed."""

@@ -1,6 +1,6 @@
-"""The benchmark's worker process: the seeded models, the cache variants, the step clock; one cell per process.
+"""What the benchmark's worker process uses: the seeded models, the cache variants, the step clock, the calibration.
 
-`cachelimit bench` starts `python -m cachelimit.bench.worker SPECS.json RESULTS.json` once per cell (a model, L and
+`cachelimit bench` starts `python -m cachelimit.bench.cell SPECS.json RESULTS.json` once per cell (a model, L and
 batch): every variant of the cell is measured in that process, alternated (`bench.cell`). Progress goes to stdout
 as `@steps N` lines, which the parent turns into its progress bar.
 
@@ -11,9 +11,7 @@ next, so the sampling done inside the callback (cache bytes, RSS) is not counted
 
 from __future__ import annotations
 
-import json
 import resource
-import sys
 import time
 
 import torch
@@ -179,29 +177,3 @@ def calibrate(spec: dict) -> dict:
         copies.append(time.perf_counter() - started)
     figures["copy_bytes_per_s"] = 4 * block.numel() * block.element_size() / sorted(copies)[1]
     return figures
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`SPECS.json RESULTS.json`: run each spec of the list in this process (or a calibration), write the results."""
-    spec_path, result_path = (argv if argv is not None else sys.argv[1:])[:2]
-    with open(spec_path) as handle:
-        specs = json.load(handle)
-    started = time.perf_counter()
-    if isinstance(specs, dict):
-        results = {**calibrate(specs), "compute_s": time.perf_counter() - started}
-    else:
-        from .cell import run_cell
-
-        results = []
-        for index, spec in enumerate(specs):
-            if spec.get("threads"):
-                torch.set_num_threads(spec["threads"])
-            print(f"@job {index}", flush=True)
-            results.append(run_cell(spec))
-    with open(result_path, "w") as handle:
-        json.dump(results, handle)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
