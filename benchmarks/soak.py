@@ -11,7 +11,7 @@ bytes the cache holds (read from the cache object after every forward, `cachelim
 CPU milliseconds per token since the previous sample.
 
 Checks, after the window is full (the prompt plus the generated tokens exceed `cache_limit`):
-- KV bytes are exactly `layers x (2 x (L + 1) + S) x kv_heads x head_dim x 4` after every token (README "Memory
+- KV bytes are exactly `layers x (2 x (L + 1) + S) x kv_heads x head_dim x 4` after every token (docs/how-it-works.md, "Memory
   held": L + 1 slots of keys and values, plus S un-rotated sink keys), so they are also constant;
 - RSS grows by less than `--rss-tolerance` (2 %) from the sample at 10 % of the tokens to any later sample;
 - the time of a step where the bounded cache works (the model's forward: cache update, mask, attention; and

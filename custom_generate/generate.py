@@ -11,13 +11,13 @@ of that repo gets a drop-in that keeps its arguments and serves every family cac
 What it does: it patches the model's family for the duration of this one call (`cachelimit.patched`), runs the
 ordinary `generate` with every argument transformers handed over, and unpatches afterwards, so the model (and its
 class) is left as it was: patched only if you had patched it yourself. All the checks and refusals are cachelimit's
-own (README "Semantics"): a bad value is a ValueError/TypeError naming the argument, before any token.
+own (docs/semantics.md): a bad value is a ValueError/TypeError naming the argument, before any token.
 
 `window_length` is the old `sink_cache` repo's and transformers' `set_cache_implementation("sink"|"window", ...)`
 spelling: it counts the new token, so `cache_limit = window_length - 1`; it is checked by those same cache kinds.
 Give `cache_limit` or `window_length`, not both. A call with neither uses a limit set in the generation config
-(`GenerationConfig(cache_limit=L)`) or carried by a returned cache passed back to continue it (README
-"Continuation"), and is refused if there is none: this recipe exists to bound the cache.
+(`GenerationConfig(cache_limit=L)`) or carried by a returned cache passed back to continue it
+(docs/semantics.md, "Continuation"), and is refused if there is none: this recipe exists to bound the cache.
 """
 
 from __future__ import annotations

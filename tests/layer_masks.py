@@ -79,7 +79,7 @@ def chunk_of(columns: torch.Tensor, attention_mask: torch.Tensor, chunk: int) ->
 
 
 def kept_limit(config, kind: str, limit: int, num_sinks: int) -> int:
-    """Positions one attention type keeps (README "Semantics"): the limit; min(L, W - 1) under a sliding window W;
+    """Positions one attention type keeps (docs/semantics.md): the limit; min(L, W - 1) under a sliding window W;
     min(L, S + C - 1) under chunks of C (a query reads at most C - 1 keys of its own chunk; the sinks, visible from
     the first chunk only, take none of them)."""
     size = native_size(config, kind)

@@ -126,7 +126,7 @@ class BadInputTest(unittest.TestCase):
         self.assert_rejected(ValueError, ["prompt_lookup_num_tokens"], cache_limit=3, prompt_lookup_num_tokens=2)
 
     def test_unsupported_attention_implementation(self):
-        # flash attention has no mask builder (README "Flash attention and GPUs"); set on the config directly,
+        # flash attention has no mask builder (docs/how-it-works.md, "Flash attention and GPUs"); set on the config directly,
         # since transformers refuses to switch to it without the `flash_attn` package (none on CPU)
         self.model.config._attn_implementation = "flash_attention_2"
         expected = ["attn_implementation", "flash_attention_2", "eager", "sdpa", "flex_attention"]

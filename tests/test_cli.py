@@ -61,7 +61,7 @@ class TestHelp(unittest.TestCase):
             self.assertIn(fragment, text)
 
 
-COUNTS = f"[1, {2**62}]"  # README: every count of tokens or positions stops at 2^62
+COUNTS = f"[1, {2**62}]"  # docs/cli.md: every count of tokens or positions stops at 2^62
 BAD_FLAGS = [
     ("limit_zero", ["generate", "--cache-limit", "0"], f"argument --cache-limit: must be an int in {COUNTS}, got 0"),
     ("limit_negative", ["generate", "--cache-limit", "-3"], f"argument --cache-limit: must be an int in {COUNTS}, got -3"),
@@ -252,7 +252,7 @@ class TestGenerate(unittest.TestCase):
         self.assertTrue(all(char == "\n" or " " <= char <= "~" for char in text), repr(text))
 
     def test_bounded_tiny_model_float16(self):
-        """float16 is accepted (CPU computes it; README "--dtype"): half the bytes of the float32 cache."""
+        """float16 is accepted (CPU computes it; docs/cli.md, "--dtype"): half the bytes of the float32 cache."""
         self.check_run("float16", 24, bounded_bytes(16, 3) // 2)
 
     def test_unbounded_tiny_model_bfloat16_sampled(self):

@@ -11,7 +11,7 @@ semantics without sharing a line with cachelimit's cache or step plan: each turn
 previous answer's last token, never fed back by `generate`, then the new "User: ..." turn) against the window as
 the last answer left it, and each answer token is one more step against the window. The conversation's tokens are
 rebuilt from the screen: the built-in model's tokenizer is byte-level (ids are bytes) and the model only emits
-printable ASCII and newlines, so the text is the tokens. The turn format is written here from the README, not
+printable ASCII and newlines, so the text is the tokens. The turn format is written here from docs/cli.md, not
 imported. A wrong variant (the same reference without sinks) must disagree, so the comparison can fail.
 """
 
@@ -33,7 +33,7 @@ from .sink_reference import StreamingReference
 FINAL_STATUS = (
     r"^\[cachelimit\] turn {turn} \| ([\d,]+) tokens \(\+([\d,]+)\) \| KV cache [\d.]+ [KM]iB \(([\d,]+) B\)(.*)$"
 )
-#: the plain turn format of a model without a chat template (README "Chat")
+#: the plain turn format of a model without a chat template (docs/cli.md, "Chat")
 FIRST_TURN, NEXT_TURN = "User: {message}\nAssistant: ", "\nUser: {message}\nAssistant: "
 #: a token the reference ranks within this of its best is an acceptable greedy pick (float noise among near-ties)
 TOLERANCE = 1e-4
@@ -175,7 +175,7 @@ class TestChatAtATerminal(unittest.TestCase):
             session.type("\x03")  # Ctrl-C
             session.wait_for(at_prompt_after(turn), timeout=60)
         # (Ctrl-C at the prompt itself is not driven here: under a loaded CPU the chat sometimes ended there instead
-        # of printing its help line again, which is still to be found; see the README's "Chat")
+        # of printing its help line again, which is still to be found; see docs/cli.md, "Chat")
         session.type("\x04")
         self.assertEqual(session.close(), 0)
         screen = session.screen()

@@ -3,7 +3,7 @@ a scored policy, however many turns the chat goes; refused, before any turn, whe
 
 The conversation is driven in process through the same pieces `cachelimit chat` runs (its parser and checks,
 `cli.chat.start_conversation`, `Conversation.answer` for every turn), so the returned cache can be read. The
-turn format and the system line are written here from the README, not imported; the references share no code
+turn format and the system line are written here from docs/cli.md, not imported; the references share no code
 with cachelimit's cache:
 - the window: `tests/sink_reference.StreamingReference` (StreamingLLM on the unmodified model) with the system
   prompt's tokens as its sinks must give every answer token as its greedy pick; with the default 4 sinks it must
@@ -32,7 +32,7 @@ from .scored_reference import keydiff_score, slow_reference
 from .sink_reference import StreamingReference
 
 SYSTEM = "Answer briefly, as a pirate would."
-#: the plain turn format of a model without a chat template, with its system line (README "Chat")
+#: the plain turn format of a model without a chat template, with its system line (docs/cli.md, "Chat")
 SYSTEM_LINE, FIRST_TURN, NEXT_TURN = (
     "System: {system}\n",
     "User: {message}\nAssistant: ",

@@ -5,7 +5,7 @@ generation, so a fixed KV budget holds more rows (a larger batch, or more beams)
 (`bench.budget`) sizes its runs with the functions here and then checks them against the bytes the runs' caches
 really held (`cachelimit.core.cache.kv_bytes`), so a wrong rule shows up as a mismatch, not as a silent guess.
 
-The layout, as documented (README "Memory held", `cachelimit/core/ring.py`), per decoder layer and row, in the
+The layout, as documented (docs/how-it-works.md, "Memory held", `cachelimit/core/ring.py`), per decoder layer and row, in the
 cache's dtype, keys and values each `kv_heads x head_dim` per slot:
 - unbounded (transformers' `DynamicCache`): one slot per column seen; after a prompt of P tokens and T new tokens
   that is `P + T - 1` columns (the last token is chosen, never fed back);

@@ -111,7 +111,7 @@ def exactness(device, dtypes=(torch.float32, torch.bfloat16), attention=None, or
             ids, mask = prompts(device)
             try:
                 run = greedy(model, ids, mask, cache_limit=LIMIT, prefill_chunk_size=8)
-            except ValueError as refused:  # flash attention: refused until a GPU test exists (README)
+            except ValueError as refused:  # flash attention: refused until a GPU test exists (docs/how-it-works.md)
                 rows.append({**case, "status": "refused", "detail": str(refused).splitlines()[0]})
                 continue
             oracle = greedy(native_window(model, oracle_window), ids, mask, cache_limit=None)

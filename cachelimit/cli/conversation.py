@@ -2,7 +2,7 @@
 
 Why the cache is carried: re-reading the whole history at every turn costs a forward over everything said so far,
 and with a bounded cache it would not even be the same computation (the history would be read with full attention,
-not as the window saw it). Each turn instead continues the cache the last turn returned (README "Continuation"):
+not as the window saw it). Each turn instead continues the cache the last turn returned (docs/semantics.md, "Continuation"):
 `generate` gets the whole history's ids plus the new turn, with `past_key_values` = that cache, and reads only what
 the cache has not seen: the last token of the previous answer and the new turn, in one forward. So the sinks keep the
 start of the conversation, and a bounded cache holds the same bytes at turn 1,000 as at turn 10.

@@ -24,7 +24,7 @@ from .model_argument import resolve_source
 from .system_flags import add_system_arguments, check_system
 
 #: float16 too: torch 2.13 computes SmolLM2 in float16 on CPU as well (logits within 0.14 of float32's, the same
-#: greedy text), only no faster than float32 there (CPU time 1.08x; bfloat16 0.79x); see README "--dtype"
+#: greedy text), only no faster than float32 there (CPU time 1.08x; bfloat16 0.79x); see docs/cli.md, "--dtype"
 DTYPES = ("float32", "bfloat16", "float16")
 DTYPE_HELP = "(default: float32; on CPU bfloat16 is the faster half)"
 GENERATE_EXAMPLES = """examples:

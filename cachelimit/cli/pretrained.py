@@ -243,7 +243,7 @@ def load_pretrained(
 
     `dtype` is a torch dtype (default: the table's, float32 for both; bfloat16 halves the memory). The first
     call converts the GGUF file (tens of seconds) into `cache_dir` (see `default_cache_dir`); later calls read
-    the converted copy. The model's licence is the user's to honour (README: Gemma 3 270M).
+    the converted copy. The model's licence is the user's to honour (docs/getting-started.md: Gemma 3 270M).
     Raises `MissingModelError` (an `ImportError`) with the install command when the package is missing, and
     `CacheDirError` (an `OSError`) before the conversion when the cache directory cannot take the copy.
     """

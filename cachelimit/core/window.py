@@ -66,7 +66,7 @@ class WindowPolicy:
         window and sinks, whatever chunk it is in), and a smaller chunk honours the size asked for, a bound on a
         forward's memory. Measured on SmolLM2-135M (L = 1024, S = 4, chunks of 1024: b = 127), sub-chunks of 255
         cost more (1.31x the prefill without sinks at 4k tokens, against 1.19x), and so did 64 at 2k (more forwards
-        for the same work); see README "Chunked prefill with sinks"."""
+        for the same work); see docs/policies.md, "Attention sinks"."""
         if not self.num_sinks or not self.window_prefill:
             return chunk
         return min(chunk, max(MIN_SINK_CHUNK, self.recent // (2 * self.num_sinks)))

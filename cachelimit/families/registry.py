@@ -5,7 +5,7 @@ runtime data only (and imports no torch, so the command line lists the families 
 kind of positions its keys carry, how to find the rotary that moves RoPE sink keys, where a family's positions end,
 what it refuses (a configuration, or sinks, that it cannot serve exactly), and the other model types transformers
 builds into the same classes (`aliases`). What the tests need about a family (its tiny configs, the attention
-implementations transformers gives it, the README notes) lives in its test declaration
+implementations transformers gives it, the models page notes) lives in its test declaration
 (`tests/models/test_<model_type>.py`).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from ..hf.validation import last_position
 
-#: The kinds of positional information a family uses (the "positions" column of the README table): rotary
+#: The kinds of positional information a family uses (the "positions" column of docs/models.md's table): rotary
 #: positions (sink keys are moved to StreamingLLM's positions), learned absolute positions, sinusoidal absolute
 #: positions (XGLM: a fixed table added to the embeddings), or none at all (Jamba, Nemotron-H: the order comes from
 #: their recurrent layers); all but RoPE keep the sinks' keys as written.

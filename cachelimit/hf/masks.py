@@ -7,7 +7,7 @@ adding one builder here: `builder(config, plan, dtype) -> mask` gets the whole `
 what can be reused across the steps of a run). Eager and SDPA masks are transformers' own, built by its
 `masking_utils` functions from the visibility; a decode step that reads every slot reuses one converted all-true row.
 Flex attention gets a `BlockMask` whose `mask_mod` reads the visibility (`hf.flex_mask`). Flash attention has no
-builder (refused): see README "Flash attention and GPUs" for what it would need.
+builder (refused): see docs/how-it-works.md, "Flash attention and GPUs", for what it would need.
 
 Why a decode step that reads every slot still passes a mask (issue 28), for any path that would drop it: on the CPU
 a mask-free SDPA decode step is slower in bf16, and not because of the kernel or the mask. Every case takes the same

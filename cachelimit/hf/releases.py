@@ -15,7 +15,7 @@ from packaging.version import Version
 #: The releases cachelimit is tested on (the legs of `.ci/run`); pyproject.toml declares the same.
 OLDEST_SUPPORTED = "4.57.6"
 FIRST_UNSUPPORTED = "5.25"
-#: Release series inside that span that are left out, each for a bug of its own generate (measured: README
+#: Release series inside that span that are left out, each for a bug of its own generate (measured: docs/contributing/versions.md
 #: "Versions and compatibility"): 5.0.0 refuses `prefill_chunk_size` unless the caller made the cache; 5.2.0's
 #: chunked prefill gives every chunk the prompt's last positions (5.3.0 slices them); 5.1.x, between the two,
 #: was not measured.
@@ -42,7 +42,7 @@ def is_supported(installed: Version = TRANSFORMERS) -> bool:
 
 
 def check_supported(installed: Version = TRANSFORMERS) -> None:
-    """Warn (not fail) when transformers is outside the tested range; see README "Versions" for why."""
+    """Warn (not fail) when transformers is outside the tested range; see docs/contributing/versions.md for why."""
     if not is_supported(installed):
         warnings.warn(
             f"cachelimit is tested with transformers {SUPPORTED_RANGE}, but transformers {installed} is installed; "

@@ -65,7 +65,7 @@ class BoundedRequest:
     def for_windows(self, windows: Mapping[str, int | None]) -> BoundedRequest:
         """This request fitted to a model whose attention types have these native sizes (`hf.layer_types`): the
         sinks must leave at least one recent position in every type's window. Each type then runs the window with
-        sinks over what it keeps (README "Semantics": hybrid models)."""
+        sinks over what it keeps (docs/policies.md, "Attention sinks": hybrids)."""
         fitted = dataclasses.replace(self, windows=tuple(windows.items()))
         if not self.sinks:
             return fitted
