@@ -9,13 +9,11 @@ per group. Which layers, groups, windows and rotaries a model has is read by the
 *fits* the cache to a model; a cache built by hand (`BoundedCache(limit, sinks)`) is fitted by the first `generate`
 that uses it. Placement and growth in the ring: `core.ring`.
 
-Under `torch.compile` (`is_compileable`: transformers then compiles the decoding forward), a step's plan and its mask
-are made before the forward, in eager code; the compiled forward writes each layer's new key and value at a tensor
-index, rotates its RoPE sinks to the step's positions from the plan's sink shift (fused into the graph: done before
-the forward, the rotation was some 50 eager ops a step), and returns buffers whose shapes stay fixed while the ring
-does not grow (`StepPlan.returned`). What the eager layers check inside the forward (a forward announced by `begin_step`, each
-layer's progress) is kept outside the graph: a compiled layer records the plan it carried out, and `settle` counts
-it, so an interrupted forward is refused by a continuation exactly as in eager mode.
+Under `torch.compile` (`is_compileable`) a step's plan and mask are made before the forward, in eager code; the
+compiled forward writes each layer's new key and value at a tensor index, rotates its RoPE sinks from the plan's sink
+shift (fused into the graph) and returns buffers whose shapes stay fixed while the ring does not grow
+(`StepPlan.returned`). What eager layers check inside the forward is kept outside the graph: a compiled layer records
+the plan it carried out and `settle` counts it, so an interrupted forward is refused by a continuation as in eager.
 """
 
 from __future__ import annotations
@@ -245,14 +243,12 @@ class BoundedCache(Cache):
             )
 
     def attention_index(self, layer_idx: int) -> int:
-        """`layer_idx`, or the first bounded layer where it names a layer the bound leaves alone (a recurrent state):
-        every bounded layer has seen the same tokens. transformers 5.14.0 to 5.22.0 build the full-attention mask
-        from the first layer that is not sliding, which in this cache (bounded layers say they are sliding) can be a
-        recurrent one, whose length transformers then refuses to read."""
+        """`layer_idx`, or the first bounded layer where it names a recurrent one (all bounded layers saw the same
+        tokens): transformers 5.14-5.22 size the full-attention mask by the first layer that is not sliding, which
+        here (bounded layers say they are sliding) can be a recurrent layer, whose length transformers refuses."""
         if layer_idx < len(self.layers) and not isinstance(self.layers[layer_idx], BoundedLayer):
-            return next(
-                (index for index, layer in enumerate(self.layers) if isinstance(layer, BoundedLayer)), layer_idx
-            )
+            bounded = (index for index, layer in enumerate(self.layers) if isinstance(layer, BoundedLayer))
+            return next(bounded, layer_idx)
         return layer_idx
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
