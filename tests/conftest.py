@@ -56,16 +56,16 @@ def _every_cache_name_notice():
     yield
 
 
-#: set to 1 to run the tests marked `slow` (pyproject.toml); `.ci/run` does, once, after the main leg
+#: set to 1 to run the tests marked `slow` (pyproject.toml); `.ci/run` does, in a pytest of their own
 SLOW_TESTS = "CACHELIMIT_SLOW_TESTS"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the `slow` tests (minutes of virtualenv installs) unless CACHELIMIT_SLOW_TESTS=1: the README test
-    command stays minutes long on every leg, and CI still runs them once (`.ci/run`)."""
+    """Skip the `slow` tests unless CACHELIMIT_SLOW_TESTS=1: minutes of virtualenv installs, or processes that must
+    not share the CPU with the suite's workers (torchrun's ranks); `.ci/run` runs them in a pytest of their own."""
     if os.environ.get(SLOW_TESTS) == "1":
         return
-    skip = pytest.mark.skip(reason=f"slow (a fresh virtualenv with torch): run with {SLOW_TESTS}=1, as .ci/run does")
+    skip = pytest.mark.skip(reason=f"slow (run on its own): run with {SLOW_TESTS}=1, as .ci/run does")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)

@@ -16,6 +16,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.common import returned_cache
@@ -75,9 +76,9 @@ def worker(folder: str) -> None:
 
 def launch(folder: str) -> subprocess.CompletedProcess:
     """Both ranks under torchrun. A launch whose rank dies by a signal before any rank wrote its result is tried
-    once more: seen once in CI on a loaded 2-core machine (gloo aborted with `terminate called without an active
-    exception` right after loading), not in 6 local runs. Anything else, including a rank that ran and
-    disagreed, fails at once."""
+    once more: in CI's full-suite pytest gloo aborted a rank (`terminate called without an active exception`, right
+    after loading) on 5.23.0 and on 5.12.1, never in 10 runs of this file alone, so CI runs it on its own (`slow`).
+    Anything else, including a rank that ran and disagreed, fails at once."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     command = [
         sys.executable,
@@ -97,6 +98,7 @@ def launch(folder: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow  # in CI's full-suite pytest, beside its workers, gloo aborted a rank on 5.23.0 and 5.12.1
 @unittest.skipUnless(torch.distributed.is_available(), "this torch build has no torch.distributed")
 class TensorParallelTest(unittest.TestCase):
     def test_two_processes_equal_one(self):
