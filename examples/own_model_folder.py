@@ -15,16 +15,13 @@ from __future__ import annotations
 import argparse
 import tempfile
 
-import transformers
-from packaging.version import Version
+from _support import report
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import cachelimit
 
 LIMIT, SINKS, NEW_TOKENS = 64, 4, 120  # keep 64 positions per layer, the first 4 of them the prompt's start
 PROMPT = "Once upon a time, in a village by the sea, there lived"
-# transformers 5.24.0 renamed the returned cache `out.cache`; before it, the field is `out.past_key_values`
-CACHE = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
 
 
 def save_a_model(folder: str, tiny: bool) -> None:
@@ -37,13 +34,6 @@ def save_a_model(folder: str, tiny: bool) -> None:
         model, tokenizer = cachelimit.load_pretrained("smollm2")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-
-
-def held_positions(cache) -> int:
-    """Positions per layer the cache holds for the next token."""
-    if isinstance(cache, cachelimit.BoundedCache):
-        return int(cache.kept_lengths().max())
-    return cache.get_seq_length()
 
 
 def run(folder: str) -> None:
@@ -60,8 +50,7 @@ def run(folder: str) -> None:
         return_dict_in_generate=True,
     )
     print(tokenizer.decode(out.sequences[0], skip_special_tokens=True))
-    cache = getattr(out, CACHE)
-    print(f"cache: {held_positions(cache)} positions per layer after {out.sequences.shape[1]} tokens (limit {LIMIT})")
+    report(out, LIMIT)
 
 
 def main() -> None:

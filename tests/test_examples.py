@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((REPO / "examples").glob("*.py"))
+#: every script of examples/ (`_support.py`, what they share, is imported by them, not run)
+EXAMPLES = sorted(path for path in (REPO / "examples").glob("*.py") if not path.name.startswith("_"))
 MESSAGES = "hello\nhow are you?\ntell me more\nand then?\n"  # the chat loop's turns, one per line
 TIMEOUT_S = 300  # a process imports torch and transformers: seconds idle, much longer on a loaded 2-core machine
 BOUND_LINE = re.compile(r"cache: (\d+) positions per layer after (\d+) tokens \(limit (\d+)\)")
