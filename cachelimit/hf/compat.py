@@ -271,15 +271,14 @@ def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
         if isinstance(layer_kwargs, list):
             return layer_types, layer_kwargs
         layer_types = list(layer_types) + [""] * (config.num_hidden_layers - len(layer_types))
-        shared = kv_shared_layers(config)
-        layer_types = ["dummy" if reuse else kind for kind, reuse in zip(layer_types, shared, strict=True)]
-        return layer_types, [dict(layer_kwargs) for _ in layer_types]
-    window = getattr(config, "sliding_window", None)
-    uniform = "sliding_attention" if isinstance(window, int) and window > 0 else "full_attention"
-    layer_types = list(getattr(config, "layer_types", None) or [uniform] * config.num_hidden_layers)
+    else:
+        window = getattr(config, "sliding_window", None)
+        uniform = "sliding_attention" if isinstance(window, int) and window > 0 else "full_attention"
+        layer_types = list(getattr(config, "layer_types", None) or [uniform] * config.num_hidden_layers)
+        layer_kwargs = {}
     shared = kv_shared_layers(config)
     layer_types = ["dummy" if reuse else kind for kind, reuse in zip(layer_types, shared, strict=True)]
-    return layer_types, [{} for _ in layer_types]
+    return layer_types, [dict(layer_kwargs) for _ in layer_types]
 
 
 def placeholder_types() -> tuple[str, ...]:
