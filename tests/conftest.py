@@ -9,12 +9,20 @@ the `warning_once` memory is cleared before each test), and nothing cachelimit s
 
 Tests marked `slow` (minutes of installing into a fresh virtualenv) are skipped unless `CACHELIMIT_SLOW_TESTS=1`;
 `.ci/run` runs them once, on the main leg.
+
+CI's older transformers legs run a share of the per-family tests each (`CACHELIMIT_FAMILY_SHARE=k/n`: the classes
+of every n-th served family from the k-th, in the registry's sorted order; `.ci/run` gives its three older legs the
+three shares of the UTC day, turning by one each day), so that every family runs on the newest release and on one
+older one every day, and on each older one every third day, within CI's time. The per-family tests are those of
+`tests/models/` and of the modules that declare one class per served family (`ONE_CLASS_PER_FAMILY = True`). The
+README's test command sets no share: it runs every family.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 
 import pytest
@@ -60,9 +68,59 @@ def _every_cache_name_notice():
 SLOW_TESTS = "CACHELIMIT_SLOW_TESTS"
 
 
+#: "k/n": run the per-family tests of every n-th served family from the k-th only (see the module docstring); unset,
+#: empty or "all": every family
+FAMILY_SHARE = "CACHELIMIT_FAMILY_SHARE"
+
+
+def family_share() -> tuple[int, int, list[str]] | None:
+    """(k, n, the families of share k of n), from `$CACHELIMIT_FAMILY_SHARE`, or None when it is not set."""
+    value = os.environ.get(FAMILY_SHARE)
+    if not value or value == "all":
+        return None
+    found = re.fullmatch(r"(\d+)/(\d+)", value)
+    if not found or not int(found[1]) < int(found[2]):
+        raise pytest.UsageError(f"{FAMILY_SHARE} must be k/n with 0 <= k < n, got {value!r}")
+    import cachelimit
+
+    share, shares = int(found[1]), int(found[2])
+    return share, shares, sorted(cachelimit.supported_families())[share::shares]
+
+
+def per_family(item) -> str | None:
+    """The family a per-family test class checks (tests/models/, or a module with `ONE_CLASS_PER_FAMILY`), or None."""
+    family = getattr(getattr(item, "cls", None), "family", None)
+    module = getattr(item, "module", None)
+    if family is None or not (item.path.parent.name == "models" or getattr(module, "ONE_CLASS_PER_FAMILY", False)):
+        return None
+    return served_family(family)
+
+
+def served_family(name: str) -> str:
+    """The registry family `name` is (an alias, `exaone` for one, has its own test class: it goes with its family)."""
+    import cachelimit
+
+    return next((family.name for family in cachelimit.FAMILIES.values() if name in family.aliases), name)
+
+
+def pytest_report_header(config) -> str | None:
+    found = family_share()
+    if found is None:
+        return None
+    share, shares, families = found
+    return f"{FAMILY_SHARE}={share}/{shares}: the per-family tests of {len(families)} families: {', '.join(families)}"
+
+
 def pytest_collection_modifyitems(config, items):
-    """Skip the `slow` tests unless CACHELIMIT_SLOW_TESTS=1: minutes of virtualenv installs, or processes that must
-    not share the CPU with the suite's workers (torchrun's ranks); `.ci/run` runs them in a pytest of their own."""
+    """Keep the per-family tests of `$CACHELIMIT_FAMILY_SHARE`'s families only, where it is set. Skip the `slow`
+    tests unless CACHELIMIT_SLOW_TESTS=1: minutes of virtualenv installs, or processes that must not share the CPU
+    with the suite's workers (torchrun's ranks); `.ci/run` runs them in a pytest of their own."""
+    found = family_share()
+    if found is not None:
+        chosen = set(found[2])
+        left_out = [item for item in items if per_family(item) not in (None, *chosen)]
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if per_family(item) in (None, *chosen)]
     if os.environ.get(SLOW_TESTS) == "1":
         return
     skip = pytest.mark.skip(reason=f"slow (run on its own): run with {SLOW_TESTS}=1, as .ci/run does")

@@ -178,6 +178,9 @@ class AttentionOrderTesterMixin:
         self.assertGreater(cuts, 2)
 
 
+#: one test class per served family below: CI's older legs run a share of them (tests/conftest.py)
+ONE_CLASS_PER_FAMILY = True
+
 for _name in cachelimit.supported_families():
     _class_name = f"{_name.title().replace('_', '')}AttentionOrderTest"
     globals()[_class_name] = type(

@@ -9,10 +9,13 @@ import json
 import time
 import unittest
 
+import pytest
 from parameterized import parameterized
 
 from cachelimit.bench import alternate
 from cachelimit.bench.alternate import Measurement, Timing, measure
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 def burn(units: int) -> None:

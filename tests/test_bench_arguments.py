@@ -6,6 +6,8 @@ import pytest
 
 from cachelimit.cli.main import run
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
 BAD = [
     (["bench", "--limits", "0"], "cachelimit bench: error: argument --limits: must be an int in [1, "),
     (["bench", "--threads", "0"], "cachelimit bench: error: argument --threads: must be an int in [1, 1024], got 0"),

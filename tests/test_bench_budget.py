@@ -15,6 +15,8 @@ from cachelimit.core.cache import kv_bytes
 from cachelimit.hf.compat import passed_cache, uses_rope
 from tests.common import VOCAB, build_tiny_model
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
 GPT2_CONFIG = {"n_positions": 256}
 
 

@@ -7,9 +7,13 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import pytest
+
 from cachelimit.bench import cap
 from cachelimit.bench import sweep as benchmark
 from tests.test_benchmark import synthetic_cell
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 class CapPlanTest(unittest.TestCase):

@@ -16,6 +16,8 @@ from cachelimit.bench.long_prefill import CASES
 from cachelimit.bench.long_steps import AT_LIMIT, CACHELIMIT, IDEAL, NATIVE, SINKS_VARIANT, UNBOUNDED, VARIANTS
 from cachelimit.cli.main import run
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
 BAD = [
     (["--limit", "0"], "argument --limit: must be an int in [1, "),
     (["--lengths", "2048,x"], "argument --lengths: must be an int in [1, "),

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from cachelimit.bench.progress import RunProgress
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 class Terminal(io.StringIO):

@@ -28,6 +28,8 @@ from cachelimit.cli.tiny_model import build_tiny_model, build_tokenizer
 from cachelimit.families.patching import patch
 from tests.reference import banded_logits
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
 BAD = [
     (["--depths", "101"], "argument --depths: must be an int in [0, 100], got 101"),
     (["--cases", "passkey,nope"], "argument --cases: expected names from passkey, text, chat, ppl, got"),

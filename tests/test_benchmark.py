@@ -9,6 +9,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import pytest
 import torch
 from parameterized import parameterized
 from transformers.cache_utils import Cache
@@ -24,6 +25,8 @@ from cachelimit.core.cache import kv_bytes
 from cachelimit.families.patching import patch
 from cachelimit.hf.compat import CACHE_ARGUMENT
 from tests.common import build_tiny_model, left_padded_batch, returned_cache
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 class IdealCacheTest(unittest.TestCase):

@@ -14,6 +14,7 @@ import types
 import unittest
 from pathlib import Path
 
+import pytest
 from parameterized import parameterized
 
 from cachelimit import supported_families
@@ -30,6 +31,8 @@ from .cli_helpers import (
     run_in_process,
     unbounded_bytes,
 )
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 HELP = [
     ("top", [], ["generate", "demo", "families", "bench"]),

@@ -14,6 +14,7 @@ import time
 import unittest
 from pathlib import Path
 
+import pytest
 from parameterized import parameterized
 
 from cachelimit.cli.tiny_model import build_tiny_model, build_tokenizer, printable_token_ids
@@ -29,6 +30,8 @@ from .cli_helpers import (
     tiny_kv_shape,
     unbounded_bytes,
 )
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 class TestDemo(unittest.TestCase):

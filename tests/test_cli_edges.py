@@ -11,12 +11,15 @@ from __future__ import annotations
 import unittest
 from unittest import mock
 
+import pytest
 from parameterized import parameterized
 
 from cachelimit.cli import main as cli
 from cachelimit.core.policy import MAX_CACHE_LIMIT
 
 from .cli_helpers import FailureMixin, run_in_process
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 # (flag, command, a valid value, the smallest valid value)
 INTEGER_FLAGS = [

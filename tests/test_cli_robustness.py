@@ -18,6 +18,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import torch
 from parameterized import parameterized
 
@@ -27,6 +28,8 @@ from cachelimit.cli.tiny_model import build_tokenizer
 from cachelimit.core.policy import MAX_CACHE_LIMIT
 
 from .cli_helpers import REPO, FailureMixin, run_in_process
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 HEAVY = ("torch", "transformers")
 

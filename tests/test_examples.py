@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
+
 REPO = Path(__file__).resolve().parent.parent
 #: every script of examples/ (`_support.py`, what they share, is imported by them, not run)
 EXAMPLES = sorted(path for path in (REPO / "examples").glob("*.py") if not path.name.startswith("_"))

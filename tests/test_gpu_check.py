@@ -13,7 +13,10 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"

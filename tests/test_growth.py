@@ -251,6 +251,9 @@ class HugeLimitValidationTest(unittest.TestCase):
         self.assertEqual(calls, [])
 
 
+#: one test class per served family below: CI's older legs run a share of them (tests/conftest.py)
+ONE_CLASS_PER_FAMILY = True
+
 for _name in cachelimit.supported_families():
     _class_name = f"{_name.title().replace('_', '')}GrowthTest"
     _rope = FAMILIES[_name].uses_rope

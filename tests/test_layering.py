@@ -16,7 +16,11 @@ import importlib
 import unittest
 from pathlib import Path
 
+import pytest
+
 import cachelimit
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 ROOT = Path(cachelimit.__file__).parent
 

@@ -21,10 +21,13 @@ import unittest
 import zipfile
 from pathlib import Path
 
+import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 import cachelimit
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 REPO = Path(__file__).resolve().parent.parent
 LICENCE = "Apache-2.0"

@@ -4,14 +4,21 @@ itself: `tests/test_peer_plugin.py`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
 
+import pytest
+
 import cachelimit
 
 from .test_peer_plugin import checks, fake_suite, plan, reasons, runner
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 
 class DiscoveryTest(unittest.TestCase):
@@ -130,3 +137,32 @@ class ChecksTest(unittest.TestCase):
             self.assertIn(f"{name}: {reason}", cut)
         self.assertNotIn(next(iter(reasons.CUT)), lines)
         self.assertIn("llama: test_x: the snapshot's own reason", lines)
+
+
+class DeadlineTest(unittest.TestCase):
+    def test_a_mode_past_the_deadline_is_stopped_and_said_not_run(self):
+        """CI gives the test bed what is left of its time (`--deadline-min`): a mode still running then is stopped,
+        pytest's whole session with it, and it and the modes after it are printed as NOT RUN, not checked."""
+        with tempfile.TemporaryDirectory() as tmp:
+            suite = fake_suite(Path(tmp) / "suite", ["llama"])
+            (suite / plan.suite_file("llama")).write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+            argv = ["--suite", str(suite), "--models", "llama", "--modes", "unpatched,patched"]
+            argv += ["--out", str(Path(tmp) / "out"), "--deadline-min", "0.05"]
+            output = io.StringIO()
+            started = time.monotonic()
+            with contextlib.redirect_stdout(output):
+                code = runner.main(argv)
+            took = time.monotonic() - started
+        text = output.getvalue()
+        self.assertEqual(code, 0, text)
+        self.assertLess(took, 30, "the sleeping test was not stopped at the deadline")
+        self.assertRegex(text, r"NOT RUN \(stopped at --deadline-min, [0-9.]+ min in\): unpatched on llama")
+        self.assertIn("NOT RUN (past --deadline-min 0.05): patched on llama", text)
+        self.assertIn("nothing ran within --deadline-min: no check was made", text)
+
+    def test_the_deadline_must_be_positive(self):
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()) as error:
+            suite = fake_suite(Path(tmp), ["llama"])
+            with self.assertRaises(SystemExit):
+                runner.main(["--suite", str(suite), "--deadline-min", "0"])
+        self.assertIn("--deadline-min: more than 0 minutes, got 0.0", error.getvalue())

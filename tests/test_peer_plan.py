@@ -6,9 +6,12 @@ from __future__ import annotations
 import datetime
 import unittest
 
+import pytest
 from parameterized import parameterized
 
 from .peer_helpers import external
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 plan = external("peer_plan")
 

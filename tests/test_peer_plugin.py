@@ -16,6 +16,7 @@ import unittest
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import torch
 from transformers import DynamicCache, GenerationConfig
 
@@ -25,6 +26,8 @@ from .cli_helpers import REPO
 from .common import build_tiny_model, given_cache, left_padded_batch
 from .peer_helpers import EXTERNAL, external
 from .registry_helpers import seen_caches
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 SUITE = REPO.parent / "shared" / "peer-suite" / "transformers-tests"
 
@@ -165,10 +168,21 @@ class FakeModelTest(unittest.TestCase):
     def test_generate_cut_changes_it(self): raise AssertionError("a bounded run compared with an unbounded one")
     @pytest.mark.generate
     def test_marked_decoding(self): pass
+
+class FakeImageToTextTest(unittest.TestCase):  # tests only a class cachelimit does not patch: deselected
+    from transformers import LlamaModel
+    all_model_classes = (LlamaModel,)
+    def test_image_only(self): pass
+
+class FakeCausalLMTest(unittest.TestCase):  # tests a class cachelimit patches: kept
+    from transformers import LlamaForCausalLM, LlamaModel
+    all_model_classes = (LlamaModel, LlamaForCausalLM)
+    def test_text_kept(self): pass
 """
 FAKE_CONFTEST = """
 import os
 import peer_reasons
+
 
 peer_reasons.BASELINE["llama"] = {"test_listed": "fails unpatched", "test_listed_passes": "stale entry"}
 peer_reasons.CUT.clear()
@@ -215,6 +229,7 @@ class PluginRunTest(unittest.TestCase):
             "test_greedy_generate_dict_outputs_use_cache": "passed",  # SKIPS: bounded modes only
             "test_generate_cut_changes_it": "failed",  # CUT: limit-cut only
             "test_marked_decoding": "passed",
+            "test_text_kept": "passed",  # test_image_only: deselected in every mode (its class tests LlamaModel only)
         }
         self.assertEqual(self.outcomes("unpatched"), expected)
         expected["test_greedy_generate_dict_outputs_use_cache"] = "skipped"

@@ -21,6 +21,8 @@ import pytest
 
 from cachelimit.hf import compat
 
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 #: what transformers logs when code reads or passes the cache under its pre-5.24 name (tests/conftest.py)
@@ -29,6 +31,7 @@ CACHE_NAME_NOTICE = "`past_key_values`/`cache_params` are deprecated"
 #: runs the blocks given as JSON [[first line, source], ...] on stdin, each compiled under the README's name
 RUNNER = """
 import json, sys
+
 namespace = {"__name__": "__main__"}
 for line, source in json.load(sys.stdin):
     exec(compile("\\n" * (line - 1) + source, sys.argv[1], "exec"), namespace)

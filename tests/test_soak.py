@@ -14,9 +14,12 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import pytest
 from parameterized import parameterized
 
 from .cli_helpers import REPO, bounded_bytes
+
+pytestmark = pytest.mark.tooling  # the project's own tools: CI runs these on the main leg (tests/conftest.py)
 
 SPEC = importlib.util.spec_from_file_location("soak", REPO / "benchmarks" / "soak.py")
 soak = importlib.util.module_from_spec(SPEC)

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PIN = re.compile(r"transformers==[0-9][0-9A-Za-z.]*")
 
-#: A quick representative subset (`.ci/run` runs the full suite on every leg; this is for a first look at a new
-#: release, about a minute). It covers every code path a transformers release can change under cachelimit: bounded
+#: A quick representative subset (`.ci/run` runs the release-dependent tests on every leg, docs/contributing/versions.md;
+#: this is for a first look at a new release, about a minute). It covers every code path a transformers release can change under cachelimit: bounded
 #: generation and sinks against their references for one family of each kind (GPT-2: learned positions;
 #: Llama: RoPE; Mistral: RoPE with a native window, checked against transformers' own sliding window), the
 #: cache implementations (transformers' static/quantized caches and its pipeline), the refusals, and the

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from peer_plan import DEFAULT_LIMITS, MODES
+from peer_plan import DEFAULT_LIMITS, MODES, suite_name
 from peer_reasons import BASELINE, CROSS_PATH, CUT, SKIPS, VACUOUS, match
 
 MODE = os.environ.get("CACHELIMIT_PEER_MODE", "unpatched")
@@ -137,7 +137,36 @@ def generation_test(item) -> bool:
     return item.get_closest_marker("generate") is not None or "generate" in name or cross_path(name) is not None
 
 
+@functools.cache
+def served() -> tuple[frozenset[str], frozenset[type]]:
+    """The suite folders of the served families and the model classes cachelimit patches on the installed release:
+    read in every mode, `unpatched` included, without patching, so that every mode deselects the same tests."""
+    import cachelimit
+
+    families = [family for family in cachelimit.FAMILIES.values() if family.available]
+    folders = frozenset(suite_name(name) for name in cachelimit.supported_families())
+    return folders, frozenset(cls for family in families for cls in family.model_classes)
+
+
+def tests_no_served_class(item) -> bool:
+    """Whether `item` belongs to a test class whose `all_model_classes` are set on the class and hold none of the
+    classes cachelimit patches, in a served family's file: a multimodal file's image- or audio-to-text class
+    (`Gemma4Vision2TextModelTest`, `Qwen3_5ModelTest`), whose `...ForConditionalGeneration` cachelimit does not
+    patch (it serves the text decoder's `...ForCausalLM`, tested by the file's text class). Such a class checks
+    nothing of cachelimit in any mode and is most of the file's time (gemma4's: 33 of its CPU minutes, 2026-12-01).
+    A class that sets its classes in `setUp` (`CausalLMModelTest`, from its tester) is kept."""
+    classes = getattr(getattr(item, "cls", None), "all_model_classes", None)
+    if not isinstance(classes, tuple) or not classes:
+        return False
+    folders, patched = served()
+    return item.path.parent.name in folders and not set(classes) & patched
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    unserved = [item for item in items if tests_no_served_class(item)]
+    if unserved:
+        config.hook.pytest_deselected(items=unserved)
+        items[:] = [item for item in items if not tests_no_served_class(item)]
     if MODE == "limit-cut" and os.environ.get("CACHELIMIT_PEER_CUT_TESTS", "generation") != "all":
         kept = [item for item in items if generation_test(item)]
         config.hook.pytest_deselected(items=[item for item in items if not generation_test(item)])

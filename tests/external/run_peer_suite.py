@@ -31,6 +31,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -101,10 +102,18 @@ def read_calls(folder: Path) -> dict[str, list[int]]:
 
 
 def run_files(
-    root: Path, families: list[str], mode: str, out: Path, workers: int, extra: list[str], limit: int | None = None
-) -> tuple[dict[str, dict[str, str]], dict[str, list[int]], float, float]:
+    root: Path,
+    families: list[str],
+    mode: str,
+    out: Path,
+    workers: int,
+    extra: list[str],
+    limit: int | None = None,
+    timeout: float | None = None,
+) -> tuple[dict[str, dict[str, str]] | None, dict[str, list[int]], float, float]:
     """One pytest run of `families`' files in `mode` (`limit`: the default cache_limit of a bounded mode): outcomes
-    per family, the plugin's generate calls per family (bounded modes), wall seconds and CPU seconds."""
+    per family (None: stopped after `timeout` seconds), the plugin's generate calls per family (bounded modes),
+    wall seconds and CPU seconds."""
     name = families[0] if len(families) == 1 else "batch"
     junit, calls = out / f"{name}-{mode}.xml", out / f"{name}-{mode}-calls"
     junit.unlink(missing_ok=True)  # a stale file from an earlier run must not stand in for this one
@@ -126,7 +135,16 @@ def run_files(
         environment.setdefault("OMP_NUM_THREADS", "1")
     started, cpu = time.monotonic(), children_cpu()
     with open(out / f"{name}-{mode}.log", "w") as log:
-        subprocess.run([*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT)
+        # a session of its own: past `timeout`, pytest and its xdist workers are stopped together
+        process = subprocess.Popen(
+            [*command, *extra], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return None, {}, time.monotonic() - started, children_cpu() - cpu
     found: dict[str, dict[str, str]] = {family: {} for family in families}
     by_folder = {peer_plan.suite_name(family): family for family in families}
     for test, outcome in (outcomes(junit) if junit.exists() else {}).items():
@@ -191,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path("peer_suite_out"), help="logs, JUnit XML (default: %(default)s)"
     )
+    parser.add_argument(
+        "--deadline-min",
+        type=float,
+        metavar="M",
+        help="stop after M wall minutes: a mode still running then is stopped, it and the modes after it are "
+        "printed as NOT RUN and left out of the checks (CI: what is left of its time budget)",
+    )
     parser.add_argument("--batch", action="store_true", help="one pytest per mode over its files (CI: faster)")
     parser.add_argument("-n", "--workers", type=int, default=1, help="pytest-xdist workers per file (default: 1)")
     parser.add_argument("pytest_args", nargs="*", help="after `--`: passed to pytest (e.g. -x -k generate)")
@@ -204,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (*sizes, ("--cut-limit", args.cut_limit)):
         if value is not None and value < 1:
             parser.error(f"{flag}: at least 1, got {value}")
+    if args.deadline_min is not None and not args.deadline_min > 0:
+        parser.error(f"--deadline-min: more than 0 minutes, got {args.deadline_min}")
     served = peer_plan.served_families()
     found = peer_plan.discover(args.suite, served, peer_reasons.FILES)
     families = choose(args.models, found, served, modes, args.suite)
@@ -227,13 +254,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("nothing to run: no family chosen")
     spent = [0.0, 0.0]  # wall, CPU seconds
     calls: dict[tuple[str, str], list[int]] = {}
+    deadline = None if args.deadline_min is None else time.monotonic() + 60 * args.deadline_min
+    not_run: list[str] = []
     with tempfile.TemporaryDirectory() as work:
         root = prepare(args.suite, Path(work))
         for mode, chosen in batches:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                not_run.append(f"NOT RUN (past --deadline-min {args.deadline_min:g}): {mode} on {', '.join(chosen)}")
+                continue
             limit = {"limit-cut": args.cut_limit}.get(mode, peer_plan.DEFAULT_LIMITS.get(mode))
             found, called, seconds, cpu = run_files(
-                root, chosen, mode, args.out, args.workers, args.pytest_args, limit
+                root, chosen, mode, args.out, args.workers, args.pytest_args, limit, left
             )
+            if found is None:
+                minutes = f"{seconds / 60:.1f}"
+                not_run.append(f"NOT RUN (stopped at --deadline-min, {minutes} min in): {mode} on {', '.join(chosen)}")
+                continue
             calls.update({(family, mode): counts for family, counts in called.items()})
             spent = [spent[0] + seconds, spent[1] + cpu]
             times = [f"{seconds / 60:>7.1f}", f"{cpu / 60:>7.1f}"]
@@ -245,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
             if len(chosen) > 1:
                 print(f"{mode + f' ({len(chosen)} files, one pytest)':<61}", *times, flush=True)
     print(f"{'all runs':<61} {spent[0] / 60:>7.1f} {spent[1] / 60:>7.1f}")
+    if not_run:
+        print(*not_run, sep="\n")
+    if not results:  # only a deadline leaves nothing run: said above, and no check can fail on it
+        print("nothing ran within --deadline-min: no check was made")
+        return 0
     lines, ok = checks(results, calls)
     print(*lines, *named_lists(families, modes), sep="\n")
     print(f"logs and JUnit XML: {args.out}")
