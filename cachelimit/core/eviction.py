@@ -47,8 +47,8 @@ class KeyDiff:
         key, not all `L + 1`."""
         import torch
 
-        work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
-        inverse = work.norm(dim=-1).clamp_min(torch.finfo(work.dtype).tiny).reciprocal()
+        work = torch.float32 if keys.dtype in (torch.float16, torch.bfloat16) else keys.dtype
+        inverse = torch.linalg.vector_norm(keys, dim=-1, dtype=work).clamp_min_(torch.finfo(work).tiny).reciprocal_()
         return inverse if real is None else torch.where(real, inverse, 0)
 
     def eviction_scores(

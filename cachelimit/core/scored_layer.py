@@ -193,8 +193,8 @@ class ScoredLayer(BoundedLayer):
             scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real, inverse)
         else:
             scores = -attention
-        scores = scores.masked_fill(pin >= plan.protect_from, float("-inf"))
-        return scores if every_real else scores.masked_fill(~real & (column >= 0), float("inf"))
+        scores = scores.masked_fill_(pin >= plan.protect_from, float("-inf"))  # a fresh tensor: filled in place
+        return scores if every_real else scores.masked_fill_(~real & (column >= 0), float("inf"))
 
     def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
         """The held slots a multi-token forward reads as its past: all but each head's free slot."""
