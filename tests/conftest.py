@@ -20,6 +20,7 @@ README's test command sets no share: it runs every family.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -98,9 +99,14 @@ def per_family(item) -> str | None:
 
 def served_family(name: str) -> str:
     """The registry family `name` is (an alias, `exaone` for one, has its own test class: it goes with its family)."""
+    return _family_of_alias().get(name, name)
+
+
+@functools.cache
+def _family_of_alias() -> dict[str, str]:
     import cachelimit
 
-    return next((family.name for family in cachelimit.FAMILIES.values() if name in family.aliases), name)
+    return {alias: family.name for family in cachelimit.FAMILIES.values() for alias in family.aliases}
 
 
 def pytest_report_header(config) -> str | None:
@@ -117,10 +123,12 @@ def pytest_collection_modifyitems(config, items):
     with the suite's workers (torchrun's ranks); `.ci/run` runs them in a pytest of their own."""
     found = family_share()
     if found is not None:
-        chosen = set(found[2])
-        left_out = [item for item in items if per_family(item) not in (None, *chosen)]
+        chosen = {None, *found[2]}  # None: not a per-family test, always kept
+        kept, left_out = [], []
+        for item in items:
+            (kept if per_family(item) in chosen else left_out).append(item)
         config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if per_family(item) in (None, *chosen)]
+        items[:] = kept
     if os.environ.get(SLOW_TESTS) == "1":
         return
     skip = pytest.mark.skip(reason=f"slow (run on its own): run with {SLOW_TESTS}=1, as .ci/run does")
