@@ -39,6 +39,8 @@ BAD = [
     (["--lengths", "32"], "argument --lengths: a prompt needs room for its header, key and question (>= 64)"),
     (["--prefill", "half"], "argument --prefill: expected names from whole, chunked"),
     (["--ppl-tokens", "1"], "argument --ppl-tokens: must be `all` or an int in [2, "),
+    (["--model", "gemma3"], "argument --cases: the chat case needs a chat model; 'gemma3' is a base model"),
+    (["--model", "gemma2"], "argument --model: invalid choice: 'gemma2'"),
 ]
 
 
@@ -144,21 +146,43 @@ def test_the_oracle_keep_set_is_sinks_fact_and_the_most_recent():
         OracleCache(model, limit=4, sinks=2, pinned={5, 6})
 
 
-def test_the_oracle_equals_unbounded_greedy_when_nothing_is_cut():
-    model, _ = _tiny()
-    ids = torch.randint(40, 120, (1, 50), generator=torch.Generator().manual_seed(0))
+WINDOW = 16  # the tiny Gemma 3's sliding window: the prompts below are longer
+
+
+def _tiny_gemma3():
+    """Gemma 3's layer mix (sliding and full), the model the benchmark's second real model has."""
+    from tests.common import build_tiny_model as build_family_model
+
+    return build_family_model(
+        "gemma3_text", layer_types=("sliding_attention", "full_attention"), query_pre_attn_scalar=8,
+        sliding_window=WINDOW,
+    )  # fmt: skip
+
+
+def _oracle_model(family: str):
+    """The model and the token ids a random prompt draws from (below the model's vocabulary)."""
+    from tests.common import VOCAB
+
+    return (_tiny()[0], (40, 120)) if family == "llama" else (_tiny_gemma3(), (3, VOCAB))
+
+
+@parameterized.expand([("llama",), ("gemma3_text",)])
+def test_the_oracle_equals_unbounded_greedy_when_nothing_is_cut(family):
+    model, (low, high) = _oracle_model(family)
+    ids = torch.randint(low, high, (1, 50), generator=torch.Generator().manual_seed(0))
     expected = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
     got = oracle_generate(OracleCache(model, 100, 4, {20, 21}), ids[0].tolist(), 8)
     assert got == expected[0, 50:].tolist()
 
 
-@parameterized.expand([(None,), (16,)])
-def test_the_oracle_equals_an_explicit_mask_reference_when_it_cuts(chunk):
+@parameterized.expand([("llama", None), ("llama", 16), ("gemma3_text", None), ("gemma3_text", 16)])
+def test_the_oracle_equals_an_explicit_mask_reference_when_it_cuts(family, chunk):
     """Each query reads what the keep-set held before its forward, plus its own forward's tokens causally (a whole
-    prompt: all of it), computed independently as a 4D mask over one cache-free forward."""
-    model, _ = _tiny()
+    prompt: all of it), computed independently as a 4D mask over one cache-free forward; a sliding layer only the
+    keys of those within its window."""
+    model, (low, high) = _oracle_model(family)
     prompt, new, limit, sinks, pinned = 60, 6, 20, 4, {30, 31, 32}
-    ids = torch.randint(40, 120, (1, prompt), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(low, high, (1, prompt), generator=torch.Generator().manual_seed(1))
     got = oracle_generate(OracleCache(model, limit, sinks, pinned), ids[0].tolist(), new, chunk)
     sequence = torch.cat([ids, torch.tensor([got])], dim=1)
     width = sequence.shape[1]
@@ -176,12 +200,25 @@ def test_the_oracle_equals_an_explicit_mask_reference_when_it_cuts(chunk):
         for query in range(start, end):
             for key in list(past) + list(range(start, query + 1)):
                 visible[0, query, key] = True
-    logits = banded_logits(model, sequence, torch.ones_like(sequence), visible)[0, prompt - 1 : -1]
-    logits[:, model.generation_config.suppress_tokens] = float("-inf")  # as generate and the oracle do
+    if family == "llama":
+        visibility = visible
+    else:
+        distance = torch.arange(width)[:, None] - torch.arange(width)[None]
+        visibility = {"full_attention": visible, "sliding_attention": visible & (distance < WINDOW)[None]}
+    logits = banded_logits(model, sequence, torch.ones_like(sequence), visibility)[0, prompt - 1 : -1]
+    suppressed = model.generation_config.suppress_tokens
+    if suppressed:
+        logits[:, suppressed] = float("-inf")  # as generate and the oracle do
     assert logits.argmax(-1).tolist() == got
-    wrong = visible.clone()
-    wrong[0, prompt:, 30:33] = False  # dropping the pinned fact changes what the model reads
+    wrong = {kind: mask.clone() for kind, mask in visibility.items()} if family != "llama" else visible.clone()
+    for mask in wrong.values() if isinstance(wrong, dict) else [wrong]:
+        mask[0, prompt:, 30:33] = False  # dropping the pinned fact changes what the model reads
     assert not torch.allclose(banded_logits(model, sequence, torch.ones_like(sequence), wrong)[0, -1], logits[-1])
+    if family != "llama":  # and so does reading it past the sliding window
+        unbounded_sliding = {**visibility, "sliding_attention": visible}
+        assert not torch.allclose(
+            banded_logits(model, sequence, torch.ones_like(sequence), unbounded_sliding)[0, -1], logits[-1]
+        )
 
 
 FAKE = [

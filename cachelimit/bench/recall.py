@@ -24,6 +24,7 @@ from ..cli.flag_types import MAX_SEED, int_in_range
 from .arguments import OneLineErrors, count, count_or_all, int_list, threads
 
 CASES = ("passkey", "text", "chat", "ppl")
+MODELS = ("smollm2", "gemma3", "tiny")
 PREFILLS = ("whole", "chunked")
 JOURNAL = "recall_trials.jsonl"
 #: the record fields that make a trial what it is (its resume key)
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = OneLineErrors(
         prog="cachelimit bench --recall",
-        description="Recall at a fixed KV budget on SmolLM2-135M-Instruct: pass key, needle in real text, chat "
+        description="Recall at a fixed KV budget on SmolLM2-135M-Instruct or Gemma 3 270M: pass key, needle in real text, chat "
         "turns and perplexity, for the unbounded cache, the window, the window + 4 sinks, keydiff/tova/snapkv "
         "(4 sinks) and an oracle keep-set. Writes recall_trials.jsonl, recall_tables.md, recall_accuracy.png.",
     )
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ppl-tokens", type=count_or_all, default=None, help="ppl: text tokens, or `all` (default: all, 113,107)")
     add("--ppl-chunk", type=count(), default=256, help="ppl: prefill_chunk_size (default: 256)")
     add("--protected", type=count(0), default=None, help="a scored policy's protected window (default: its own)")
-    add("--model", choices=("smollm2", "tiny"), default="smollm2", help="tiny: the built-in random model (tests)")
+    add("--model", choices=MODELS, default="smollm2", help="smollm2, gemma3 (Gemma 3 270M base: no chat case) or "
+        "tiny (the built-in random model, for tests) (default: smollm2)")  # fmt: skip
     add("--dtype", choices=("float32", "bfloat16"), default="float32")
     add("--threads", type=threads, default=None, help="torch threads (default: torch's default)")
     add("--seed", type=int_in_range(0, MAX_SEED), default=0, help="seed of the keys and text offsets (default: 0)")
@@ -91,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_settings(args) -> None:
     """What no single flag can say: budgets with room beyond the sinks, prompts longer than their fixed parts."""
+    if "chat" in args.cases and args.model != "tiny":
+        from ..cli.known_models import PRETRAINED
+
+        spec = PRETRAINED[args.model]
+        if not spec.chat:  # a base model has no chat template to hold the turns
+            raise ValueError(f"argument --cases: the chat case needs a chat model; {args.model!r} is {spec.kind} "
+                             f"with no chat template (use --cases passkey,text,ppl)")  # fmt: skip
     if min(args.budgets) <= 4:
         raise ValueError(f"argument --budgets: the variants with 4 sinks need budgets > 4, got {min(args.budgets)}")
     if any(case in args.cases for case in ("passkey", "text")) and min(args.lengths) < 64:
@@ -161,8 +170,8 @@ def load_model(name: str, dtype: str):
     else:
         from ..cli.pretrained import load_pretrained
 
-        model, tokenizer = load_pretrained("smollm2", dtype=getattr(torch, dtype))
-    patch("llama")
+        model, tokenizer = load_pretrained(name, dtype=getattr(torch, dtype))
+    patch(model.config.model_type)
     return model, tokenizer
 
 

@@ -10,6 +10,12 @@ and new tokens get their absolute positions. Like the scored policies, a forward
 whole, or one chunk of it) reads the kept past and all its tokens, then is cut to `L`; a decode step reads the `L`
 kept and itself. `tests/test_bench_recall.py` checks it against an unbounded run when nothing is evicted and
 against an explicit-mask reference when it cuts.
+
+A model with sliding layers (Gemma 3: sliding 512 and full) gets explicit masks, one per layer type (the dict its
+modeling code accepts): transformers builds a sliding mask from slot distances, which are not position distances
+once columns are cut. Every layer holds the same kept columns (a plain `DynamicCache`: no layer trims itself), and
+a sliding layer's query reads a kept key only within its own window (`q - k < sliding_window` in positions, as
+transformers' sliding pattern says): the model's pattern, on top of the keep-set.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class OracleCache:
                 f"budget {limit} is too small"
             )
         self.model, self.limit, self.sinks, self.pinned = model, limit, sinks, set(pinned)
-        self.cache = DynamicCache(config=model.config)
+        self.windows = _windows(model.config)  # None: no sliding layers, the model builds its own masks
+        self.cache = DynamicCache() if self.windows else DynamicCache(config=model.config)
         self.columns: list[int] = []  # the column held in each cache slot, in order
         self.next_column = 0
 
@@ -52,6 +59,22 @@ class OracleCache:
             layer.values = layer.values.index_select(-2, index)
         self.columns = [self.columns[slot] for slot in slots]
 
+    def masks(self, count: int) -> dict[str, torch.Tensor]:
+        """{layer type: [1, 1, count, held + count] additive mask} of the next `count` columns: the kept past and
+        the new columns causally, within each type's window."""
+        device, dtype = self.model.device, self.model.dtype
+        queries = torch.arange(self.next_column, self.next_column + count, device=device)[:, None]
+        keys = torch.tensor(self.columns + list(range(self.next_column, self.next_column + count)), device=device)
+        zero = torch.zeros((), dtype=dtype, device=device)
+        blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)
+        masks = {}
+        for kind, window in self.windows.items():
+            visible = keys[None] <= queries
+            if window is not None:
+                visible &= queries - keys[None] < window
+            masks[kind] = torch.where(visible, zero, blocked)[None, None]
+        return masks
+
     def forward(self, ids: list[int]) -> torch.Tensor:
         """Read `ids` (the next columns) over the kept past, then cut to the budget; the last position's logits."""
         count = len(ids)
@@ -61,7 +84,9 @@ class OracleCache:
         arguments = {
             "input_ids": tokens,
             "position_ids": positions,
-            "attention_mask": torch.ones(1, held + count, dtype=torch.long, device=self.model.device),
+            "attention_mask": self.masks(count)
+            if self.windows
+            else torch.ones(1, held + count, dtype=torch.long, device=self.model.device),
             "cache_position": torch.arange(held, held + count, device=self.model.device),
             "use_cache": True,
         }
@@ -71,6 +96,18 @@ class OracleCache:
         self.next_column += count
         self.cut()
         return out.logits[0, -1]
+
+
+def _windows(config) -> dict[str, int | None] | None:
+    """{layer type: its window (None: full attention)} of a model with sliding layers; None for any other model."""
+    types = set(getattr(config.get_text_config(decoder=True), "layer_types", None) or ())
+    if "sliding_attention" not in types:
+        return None
+    unknown = types - {"sliding_attention", "full_attention"}
+    if unknown:
+        raise ValueError(f"the oracle keep-set serves sliding and full attention layers, not {sorted(unknown)}")
+    window = config.get_text_config(decoder=True).sliding_window
+    return {kind: window if kind == "sliding_attention" else None for kind in types}
 
 
 def eos_ids(model) -> set[int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .recall_run import VARIANTS
 
+MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma 3 270M", "tiny": "the tiny test model"}
 TABLES = "recall_tables.md"
 PLOT = "recall_accuracy.png"
 NO_LIMIT = "no limit"
@@ -90,32 +91,52 @@ def perplexity_table(records) -> str:
     return "\n".join(lines) + f"\n\nScored positions per run: {', '.join(f'{p:,}' for p in positions)}."
 
 
+def model_of(record) -> str:
+    return record.get("model") or "smollm2"  # the first journal's records were all SmolLM2's and say so
+
+
 def groups(records) -> dict:
-    """(case, length, prefill) -> records, in a stable order."""
+    """(model, case, length, prefill) -> records, in a stable order."""
     grouped: dict = defaultdict(list)
     for record in records:
-        grouped[(record["case"], record["length"], record["prefill"])].append(record)
-    order = {"passkey": 0, "text": 1, "chat": 2, "ppl": 3}
-    return dict(sorted(grouped.items(), key=lambda item: (order.get(item[0][0], 9), item[0][1] or 0, item[0][2])))
+        grouped[(model_of(record), record["case"], record["length"], record["prefill"])].append(record)
+    models, cases = list(MODEL_NAMES), {"passkey": 0, "text": 1, "chat": 2, "ppl": 3}
+
+    def order(item) -> tuple:
+        model, case, length, prefill = item[0]
+        return (models.index(model) if model in models else 9, model, cases.get(case, 9), length or 0, prefill)
+
+    return dict(sorted(grouped.items(), key=order))
 
 
-def _title(case: str, length, prefill: str, records) -> str:
+def _title(model: str, case: str, length, prefill: str, records) -> str:
+    return f"### {MODEL_NAMES.get(model, model)}: " + _subject(case, length, prefill, records)
+
+
+def _subject(case: str, length, prefill: str, records) -> str:
     if case == "ppl":
-        return f"### Perplexity of the default text (prefill_chunk_size {records[0]['chunk']})"
+        return f"perplexity of the default text (prefill_chunk_size {records[0]['chunk']})"
     depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
     read = "read whole" if prefill == "whole" else f"read in chunks of {records[0]['chunk']}"
     if case == "chat":
-        return f"### Chat recall, {length} tokens of other turns between fact and question ({read} per turn)"
-    name = {"passkey": "Pass key in filler", "text": "Secret number in real text"}[case]
-    return f"### {name}, {length}-token prompt, depths {', '.join(f'{d} %' for d in depths)} ({read})"
+        return f"chat recall, {length} tokens of other turns between fact and question ({read} per turn)"
+    name = {"passkey": "pass key in filler", "text": "secret number in real text"}[case]
+    return f"{name}, {length}-token prompt, depths {', '.join(f'{d} %' for d in depths)} ({read})"
 
 
 def headline(records) -> str:
-    """One line per budget over every retrieval trial (pass key, text, chat): each variant's accuracy."""
+    """Per model, one line per budget over every retrieval trial (pass key, text, chat): each variant's accuracy
+    (models are never pooled: their recall differs)."""
+    models = list(dict.fromkeys(model_of(key_records[0]) for key_records in groups(records).values()))
+    parts = [_model_headline(m, [r for r in records if model_of(r) == m]) for m in models]
+    return "\n".join(part for part in parts if part)
+
+
+def _model_headline(model: str, records) -> str:
     retrieval = [record for record in records if record["case"] != "ppl"]
     if not retrieval:
         return ""
-    counts, lines = tally(retrieval), []
+    counts, lines = tally(retrieval), [f"{MODEL_NAMES.get(model, model)}:"]
     for budget in _budgets(retrieval):
         parts = [f"{v} {cell(*counts[(v, budget)])}" for v in _variants(retrieval) if (v, budget) in counts]
         lines.append(f"- L={budget}: " + ", ".join(parts))
@@ -130,8 +151,8 @@ def markdown(records) -> str:
              f"{len(records)} trial records. Cells: right/n (percent); a trial is right when the first run of "
              "digits in the greedy answer is the key.", "", "## All retrieval trials, by budget", "",
              headline(records) or "(no retrieval trials)", ""]  # fmt: skip
-    for (case, length, prefill), members in groups(records).items():
-        parts += [_title(case, length, prefill, members), ""]
+    for (model, case, length, prefill), members in groups(records).items():
+        parts += [_title(model, case, length, prefill, members), ""]
         parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
         if case != "ppl" and (by_depth := depth_table(members)):
             parts += [by_depth, ""]
@@ -149,9 +170,9 @@ def markdown(records) -> str:
 
 
 def plot(records, path: Path) -> bool:
-    """Accuracy against budget, one panel per (case, length, prefill), one line per variant (the unbounded cache a
+    """Accuracy against budget, one panel per (model, case, length, prefill), one line per variant (the unbounded cache a
     dashed level). False when there is nothing to plot."""
-    panels = [(key, members) for key, members in groups(records).items() if key[0] != "ppl"]
+    panels = [(key, members) for key, members in groups(records).items() if key[1] != "ppl"]
     if not panels:
         return False
     import matplotlib
@@ -164,7 +185,7 @@ def plot(records, path: Path) -> bool:
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
-    for axis, ((case, length, prefill), members) in zip(axes.flat, panels, strict=False):
+    for axis, ((model, case, length, prefill), members) in zip(axes.flat, panels, strict=False):
         counts, budgets = tally(members), _budgets(members)
         for variant in _variants(members):
             if variant == "unbounded":
@@ -182,7 +203,7 @@ def plot(records, path: Path) -> bool:
         axis.set_ylim(-5, 105)
         axis.set_xlabel("cache budget L (positions per layer)")
         axis.set_ylabel("accuracy (%)")
-        axis.set_title(f"{case}, {length} tokens, {prefill}", fontsize=10)
+        axis.set_title(f"{MODEL_NAMES.get(model, model)}: {case}, {length} tokens, {prefill}", fontsize=10)
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
