@@ -101,11 +101,11 @@ def headline_text(entry: dict) -> str:
     cpu, wall = entry["tokens_per_cpu_second_ratio"], entry["tokens_per_second_ratio"]
     if cpu or wall:
         n = (cpu or wall)["n"]
-        text += f"; bounded / unbounded, median [min, max] over {_repeats(n)}:"
-        text += f" {spread(entry['tokens_per_cpu_second_ratios'])} per CPU second," if cpu else " no CPU time,"
+        figures = [f"{spread(entry['tokens_per_cpu_second_ratios'])} per CPU second" if cpu else "no CPU time"]
         if wall:
             other = f" (over {_repeats(wall['n'])})" if wall["n"] != n else ""
-            text += f" {spread(entry['tokens_per_second_ratios'])} in wall-clock tokens/s{other}"
+            figures.append(f"{spread(entry['tokens_per_second_ratios'])} in wall-clock tokens/s{other}")
+        text += f"; bounded / unbounded, median [min, max] over {_repeats(n)}: {', '.join(figures)}"
     if entry["load_average_range"]:
         text += "; load average {:.2f}-{:.2f}".format(*entry["load_average_range"])
     elif cpu or wall:
