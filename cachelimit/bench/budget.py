@@ -5,8 +5,15 @@ parameters such as batch size or number of beams, to generate faster and take th
 Given a KV-memory budget and a generation length T, this scenario computes (`bench.budget_fit`, from the documented
 memory layout) the largest batch and the largest `num_beams` whose caches fit, unbounded and with `cache_limit=L`,
 runs each of them in a fresh process (`bench.budget_run`), and reports the KV bytes the caches held (read from them,
-and compared with the fit), the process's peak memory and the aggregate tokens/s (rows x T / seconds, rows =
-batch x beams). Models: the sweep's seeded Mistral-shaped benchmark model and SmolLM2-135M-Instruct.
+and compared with the fit), the process's peak memory and the aggregate tokens per CPU second and per wall-clock
+second (rows x T / seconds, rows = batch x beams). Models: the sweep's seeded Mistral-shaped benchmark model and
+SmolLM2-135M-Instruct.
+
+Method (issue 28): a run's peak RSS is only its own in a process of its own, so the two caches cannot alternate
+inside one process as the other benchmarks' variants do; instead, for each (model, mode), repeat r runs the
+unbounded cache and then the bounded one back to back, for r = 1..--repeats, and the report pairs the two runs of
+the same repeat (`bench.budget_report`): ratios median [min, max] over the repeats, wall time beside CPU time, the
+load average each run recorded.
 
 Entry point: `main(argv)` (also `cachelimit bench --budget`, `python benchmarks/run_budget.py`). Every finished run
 is appended to OUT/budget_runs.jsonl, so an interrupted scenario resumes with `--resume`.
@@ -23,7 +30,7 @@ from pathlib import Path
 from . import runner
 from .arguments import OneLineErrors, settings_or_exit, threads
 from .budget_fit import KVLayout, row_bytes, rows_that_fit
-from .budget_report import write_report
+from .budget_report import repeat_of, write_report
 from .progress import RunProgress
 
 MODELS = ("bench", "smollm2")
@@ -48,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--modes", default=",".join(MODES), help="batch (greedy rows), beams (one prompt, num_beams)")
     parser.add_argument(
         "--threads", type=threads, default=None, help="torch threads per run (default: torch's default)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each cache per model and mode, alternated (default: 3)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the bench model's weights and prompts")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/budget"), help="output folder")
@@ -78,12 +88,14 @@ def settings_of(args: argparse.Namespace) -> dict:
         "shape": args.shape,
         "threads": args.threads,
         "seed": args.seed,
+        "repeats": args.repeats,
     }
     for flag, value, minimum in (
         ("--budget-mib", settings["budget_bytes"], 1),
         ("--new-tokens", args.new_tokens, 2),
         ("--limit", args.limit, 1),
         ("--prompt-tokens", args.prompt_tokens, 1),
+        ("--repeats", args.repeats, 1),
     ):
         if value < minimum:
             raise ValueError(f"{flag} must be >= {minimum}, got {value}")
@@ -92,24 +104,28 @@ def settings_of(args: argparse.Namespace) -> dict:
     return settings
 
 
+def _job(settings: dict, layout: KVLayout, model: str, mode: str, limit: int | None) -> dict:
+    """One run of one cache, with the most rows whose caches fit in the budget (0 if not even one does)."""
+    sinks = settings["sinks"] if limit is not None else 0
+    per_row = row_bytes(layout, settings["prompt_tokens"], settings["new_tokens"], limit, sinks)
+    rows = rows_that_fit(settings["budget_bytes"], per_row)
+    job = {key: settings[key] for key in ("new_tokens", "prompt_tokens", "shape", "seed", "threads")}
+    job.update(model=model, mode=mode, limit=limit, sinks=sinks, rows=rows, budget=settings["budget_bytes"])
+    job.update(batch=rows if mode == "batch" else 1, num_beams=rows if mode == "beams" else 1)
+    job.update(predicted_row_bytes=per_row, predicted_kv_bytes=rows * per_row)
+    return job
+
+
 def plan(settings: dict, layouts: dict[str, KVLayout]) -> list[dict]:
-    """Every run: per model and mode, the unbounded cache and `cache_limit=L`, each with the most rows that fit.
-    A cache of which not even one row fits is planned with 0 rows (reported, not run)."""
+    """Every run: per model and mode, the unbounded cache and `cache_limit=L`, each with the most rows that fit,
+    alternated: repeat 1 of both, then repeat 2 of both, and so on (`repeat` from 1), so that the two runs a ratio
+    pairs ran back to back. A cache of which not even one row fits is planned with 0 rows (reported, not run)."""
     jobs = []
     for model in settings["models"]:
-        layout = layouts[model]
         for mode in settings["modes"]:
-            for limit in (None, settings["limit"]):
-                sinks = settings["sinks"] if limit is not None else 0
-                per_row = row_bytes(layout, settings["prompt_tokens"], settings["new_tokens"], limit, sinks)
-                rows = rows_that_fit(settings["budget_bytes"], per_row)
-                job = {key: settings[key] for key in ("new_tokens", "prompt_tokens", "shape", "seed", "threads")}
-                job.update(
-                    model=model, mode=mode, limit=limit, sinks=sinks, rows=rows, budget=settings["budget_bytes"]
-                )
-                job.update(batch=rows if mode == "batch" else 1, num_beams=rows if mode == "beams" else 1)
-                job.update(predicted_row_bytes=per_row, predicted_kv_bytes=rows * per_row)
-                jobs.append(job)
+            caches = [_job(settings, layouts[model], model, mode, limit) for limit in (None, settings["limit"])]
+            for repeat in range(1, settings["repeats"] + 1):
+                jobs += [{**job, "repeat": repeat} for job in caches]
     return jobs
 
 
@@ -120,11 +136,14 @@ def describe(job: dict) -> str:
     return f"{job['model']} {cache} {rows}"
 
 
-KEYS = ("model", "mode", "limit", "sinks", "rows", "new_tokens", "prompt_tokens", "shape", "seed", "threads")
+#: what makes two runs the same run (`--resume` keeps a finished one)
+KEYS = ("model", "mode", "repeat", "limit", "sinks", "rows", "new_tokens", "prompt_tokens", "shape", "seed",
+        "threads")  # fmt: skip
 
 
 def _key(job: dict) -> str:
-    return json.dumps({key: job.get(key) for key in KEYS}, sort_keys=True)
+    """What makes a run the same run for `--resume`; a record from before repeats existed is repeat 1."""
+    return json.dumps({key: job.get(key) for key in KEYS} | {"repeat": repeat_of(job)}, sort_keys=True)
 
 
 def probe_layouts(models: list[str], settings: dict, workdir: Path) -> dict[str, KVLayout]:
@@ -154,7 +173,8 @@ def run_jobs(jobs: list[dict], journal: Path, workdir: Path) -> list[str]:
     runnable = [job for job in jobs if job["rows"] > 0]
     progress, failures = RunProgress(len(runnable)), []
     for index, job in enumerate(runnable):
-        with progress.run(describe(job), job["new_tokens"], "step") as bar:
+        label = f"{describe(job)}, repeat {job['repeat']}"
+        with progress.run(label, job["new_tokens"], "step") as bar:
 
             def on_line(line: str, bar=bar) -> None:
                 kind, _, value = line.partition(" ")
@@ -163,7 +183,7 @@ def run_jobs(jobs: list[dict], journal: Path, workdir: Path) -> list[str]:
 
             output, stderr = runner._run_worker([job], workdir, index, on_line, module=WORKER)
             if output is None:
-                failures.append(f"{describe(job)}: {(stderr.strip().splitlines() or ['no output'])[-1]}")
+                failures.append(f"{label}: {(stderr.strip().splitlines() or ['no output'])[-1]}")
                 bar.finish(f"FAILED\n{stderr[-2000:]}")
                 continue
             with journal.open("a") as handle:
@@ -188,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="cachelimit-budget-") as tmp:
         layouts = probe_layouts(settings["models"], settings, Path(tmp))
         jobs = plan(settings, layouts)
-        for job in jobs:
+        for job in (job for job in jobs if job["repeat"] == 1):
             print(f"fit: {describe(job)}: {job['predicted_row_bytes'] / 2**20:,.2f} MiB per row", flush=True)
         if args.dry_run:
             return 0

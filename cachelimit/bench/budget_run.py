@@ -8,12 +8,17 @@ Progress goes to stdout as `@steps N` lines.
 Models: `bench` is the sweep's seeded Mistral-shaped model (`bench.worker.build_model`, random weights, random
 prompts); `smollm2` is the real SmolLM2-135M-Instruct (`load_pretrained`), each row prompted with its own slice of
 the quality benchmark's text. Every run generates exactly `new_tokens` tokens per row (EOS cannot end it early).
+
+Each run records the 1-minute load average just before and just after its `generate` (`load_average_before`,
+`load_average_after`): the runs are timed one after the other on shared machines, and a ratio between two runs is
+only read with the load they ran under.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 
@@ -74,6 +79,11 @@ class StepWatch(StoppingCriteria):
         return self
 
 
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
 def run_one(spec: dict) -> dict:
     """Generate `new_tokens` after the prompts with the spec's rows (batch x beams) and cache; return its figures."""
     model, tokenizer, family = load_model(spec)
@@ -88,7 +98,7 @@ def run_one(spec: dict) -> dict:
     hook = model.register_forward_pre_hook(grab, with_kwargs=True)
     watch = StepWatch(cache_ref)
     window = {} if spec["limit"] is None else {"cache_limit": spec["limit"], "num_sink_tokens": spec["sinks"]}
-    before = proc_status()
+    before, load_before = proc_status(), load_average()
     started, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         output = model.generate(
@@ -103,6 +113,7 @@ def run_one(spec: dict) -> dict:
             **window,
         )
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    load_after = load_average()
     hook.remove()
     after = proc_status()
     new = output[:, ids.shape[1] :].contiguous()
@@ -123,6 +134,8 @@ def run_one(spec: dict) -> dict:
         "cache_class": type(cache_ref.get("cache")).__name__,
         "tokens_sha1": hashlib.sha1(new.numpy().tobytes()).hexdigest()[:16],
         "torch_threads": torch.get_num_threads(),
+        "load_average_before": load_before,
+        "load_average_after": load_after,
     }
 
 
