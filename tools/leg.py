@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(command)
         return 0
-    label = f"transformers {args.version} ({'subset' if args.subset else 'full suite'})"
+    share = os.environ.get("CACHELIMIT_FAMILY_SHARE")
+    what = "subset" if args.subset else " ".join(args.pytest_args) or "full suite"
+    label = f"transformers {args.version} ({what}{f', family share {share}' if share else ''})"
     print(f"=== leg: {label} in {venv}", flush=True)
     start = time.monotonic()
     environment = {key: value for key, value in os.environ.items() if key not in ("VIRTUAL_ENV", "PYTHONPATH")}
