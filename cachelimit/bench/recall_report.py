@@ -127,7 +127,7 @@ def _subject(case: str, length, prefill: str, records) -> str:
 def headline(records) -> str:
     """Per model, one line per budget over every retrieval trial (pass key, text, chat): each variant's accuracy
     (models are never pooled: their recall differs)."""
-    models = list(dict.fromkeys(model_of(key_records[0]) for key_records in groups(records).values()))
+    models = dict.fromkeys(model for model, *_ in groups(records))  # in the tables' order
     parts = [_model_headline(m, [r for r in records if model_of(r) == m]) for m in models]
     return "\n".join(part for part in parts if part)
 
