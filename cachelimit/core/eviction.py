@@ -52,23 +52,33 @@ class KeyDiff:
         return inverse if real is None else torch.where(real, inverse, 0)
 
     def eviction_scores(
-        self, keys: torch.Tensor, real: torch.Tensor | None, inverse: torch.Tensor | None = None
+        self,
+        keys: torch.Tensor,
+        real: torch.Tensor | None,
+        inverse: torch.Tensor | None = None,
+        workspace: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """[B, H, K] how much each key deserves eviction (higher goes first): its cosine similarity to the mean unit
         key of the real keys (`real`: [B, H, K] bool, None when every key is real; a pad's key is left out, as a
         model may leave anything there), recomputed from the keys at every eviction, times the length of the
         head's sum of unit keys: one positive factor per head, so the same order, for three ops fewer a step.
-        `inverse`: the keys' `inverse_norms` (0 for pads), where the caller keeps them. In float32 at least."""
+        `inverse`: the keys' `inverse_norms` (0 for pads), where the caller keeps them. In float32 at least;
+        `workspace`: a float32 tensor of the keys' shape to convert half-precision keys into, where the caller keeps
+        one (a fresh copy per layer and step is a new allocation the size of the layer's keys, measurably slower)."""
         import torch
 
-        work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
+        work = keys
+        if keys.dtype in (torch.float16, torch.bfloat16):
+            work = keys.float() if workspace is None else workspace.copy_(keys)
         if real is not None:
             work = work.masked_fill(~real[..., None], 0)
         if inverse is None:
             inverse = self.inverse_norms(work, real)  # [B, H, K]
-        anchor = (inverse.unsqueeze(-2) @ work).squeeze(-2)  # [B, H, d]: the sum of the real unit keys
-        # einsum, not `work @ anchor[..., None]`: a matrix-vector product that way took 5x longer on CPU
-        return torch.einsum("bhkd,bhd->bhk", work, anchor) * inverse
+        batch, heads, count, dim = work.shape
+        # two batched matrix-vector products over [B * H] heads: a third faster on CPU than the same as an einsum
+        flat = work.reshape(batch * heads, count, dim)
+        anchor = torch.bmm(inverse.reshape(batch * heads, 1, count), flat)  # the sum of the real unit keys
+        return torch.bmm(anchor, flat.transpose(1, 2)).view(batch, heads, count) * inverse
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,18 @@ def evicted_slot(priority: torch.Tensor, column: torch.Tensor, pads: bool = True
     return torch.where(priority == top, tie, torch.iinfo(tie.dtype).min).argmax(-1)
 
 
+def float_workspace(memo: dict, keys: torch.Tensor) -> torch.Tensor | None:
+    """A float32 tensor of the shape of a steady step's half-precision `keys`, kept in the group's `memo` and shared
+    by its layers (they run one after another), for KeyDiff to convert the keys into; None for float32 keys, or
+    inside a compiled graph, which plans its own buffers."""
+    if keys.dtype not in (torch.float16, torch.bfloat16) or torch.compiler.is_compiling():
+        return None
+    key = ("float_keys", tuple(keys.shape), keys.device)
+    if key not in memo:
+        memo[key] = torch.empty(keys.shape, dtype=torch.float32, device=keys.device)
+    return memo[key]
+
+
 class ScoredLayer(BoundedLayer):
     """One decoder layer of a scored group: keys and values [B, H, slots, d] plus, per slot, `column` (-1: empty),
     `real` and `pin`; `free` [B, H] is the slot each head's next decode step writes."""
@@ -190,7 +202,8 @@ class ScoredLayer(BoundedLayer):
         real, pin = held["real"][..., :width], held["pin"][..., :width]
         if attention is None:
             inverse = held["inverse"][..., :width] if "inverse" in held else None
-            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real, inverse)
+            workspace = float_workspace(plan.memo, keys) if every_real else None
+            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real, inverse, workspace)
         else:
             scores = -attention
         scores = scores.masked_fill_(pin >= plan.protect_from, float("-inf"))  # a fresh tensor: filled in place
