@@ -6,8 +6,8 @@
 Every variant continues a deep copy of its own prefilled cache (a prompt of `L + 64` tokens read whole, so every
 layer is full and evicting; prefilled once, copied untimed before each call, as the sweep does, so a repeat costs
 only its timed calls and the variants of one repeat run seconds apart); the timed call is `--steps` decode steps of
-greedy `generate`. Variants alternate in this one process (`cachelimit.bench.alternate.measure`): the ratio of each to the window of the same
-repeat, CPU time, median [min, max], wall time beside it, with the load average. The target: at most 1.15x.
+greedy `generate`. Variants alternate in this one process (`cachelimit.bench.alternate.measure`): the ratio of each
+to the window of the same repeat, CPU time, median [min, max], wall time beside it, with the load average. The target: at most 1.15x.
 """
 
 from __future__ import annotations

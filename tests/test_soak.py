@@ -39,6 +39,7 @@ def samples(count: int = 20, every: int = 100, rss_growth: float = 0.0, slowdown
             {
                 "tokens": (index + 1) * every,
                 "model_ms_p10": MS * (1 + (slowdown - 1) * share),
+                "model_wall_ms_p10": 1.05 * MS * (1 + (slowdown - 1) * share),
                 "model_ms_per_token": 1.1 * MS * (1 + 1.5 * (slowdown - 1) * share),
                 "ms_per_token": 1.2 * MS * (1 + 2 * (slowdown - 1) * share),
                 "cpu_ms_per_token": MS,
