@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 DEFAULT_PROTECTED = 32
 
 
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores are computed in: float32 for half-precision keys or queries (a sum over hundreds of keys in
+    bfloat16 loses the digits that order near-equal scores), the tensor's own dtype otherwise."""
+    import torch
+
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 @dataclass(frozen=True)
 class KeyDiff:
     """KeyDiff (Park et al., arXiv 2504.15364): evict the key least distinct from the others.
@@ -47,7 +55,7 @@ class KeyDiff:
         key, not all `L + 1`."""
         import torch
 
-        work = torch.float32 if keys.dtype in (torch.float16, torch.bfloat16) else keys.dtype
+        work = working_dtype(keys.dtype)
         inverse = torch.linalg.vector_norm(keys, dim=-1, dtype=work).clamp_min_(torch.finfo(work).tiny).reciprocal_()
         return inverse if real is None else torch.where(real, inverse, 0)
 
@@ -68,7 +76,7 @@ class KeyDiff:
         import torch
 
         work = keys
-        if keys.dtype in (torch.float16, torch.bfloat16):
+        if working_dtype(keys.dtype) != keys.dtype:
             work = keys.float() if workspace is None else workspace.copy_(keys)
         if real is not None:
             work = work.masked_fill(~real[..., None], 0)
@@ -121,7 +129,7 @@ def attention_scores(query, keys, visible, scaling: float, window: int, softcap:
     batch, heads, queries, dim = query.shape
     kv_heads = keys.shape[1]
     last = query[:, :, -window:]
-    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    work = working_dtype(query.dtype)
     grouped = last.reshape(batch, kv_heads, heads // kv_heads * last.shape[2], dim).to(work)
     logits = (grouped @ keys.to(work).transpose(-1, -2)) * scaling  # [B, H_kv, G * w, K]
     if softcap is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .column_order import ColumnOrder
-from .eviction import QUERY_SCORED, KeyDiff, pooled
+from .eviction import QUERY_SCORED, KeyDiff, pooled, working_dtype
 from .layers import BoundedLayer
 from .scored import PINNED, ScoredPlan
 
@@ -48,11 +48,12 @@ def float_workspace(memo: dict, keys: torch.Tensor) -> torch.Tensor | None:
     """A float32 tensor of the shape of a steady step's half-precision `keys`, kept in the group's `memo` and shared
     by its layers (they run one after another), for KeyDiff to convert the keys into; None for float32 keys, or
     inside a compiled graph, which plans its own buffers."""
-    if keys.dtype not in (torch.float16, torch.bfloat16) or torch.compiler.is_compiling():
+    work = working_dtype(keys.dtype)
+    if work == keys.dtype or torch.compiler.is_compiling():
         return None
     key = ("float_keys", tuple(keys.shape), keys.device)
     if key not in memo:
-        memo[key] = torch.empty(keys.shape, dtype=torch.float32, device=keys.device)
+        memo[key] = torch.empty(keys.shape, dtype=work, device=keys.device)
     return memo[key]
 
 

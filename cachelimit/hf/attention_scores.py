@@ -24,7 +24,7 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..core.cache import BoundedCache
-from ..core.eviction import attention_scores
+from ..core.eviction import attention_scores, working_dtype
 from ..core.scored_layer import ScoredLayer
 
 #: the attribute that ties an attention module to the scored layer of the running cache
@@ -102,7 +102,7 @@ def one_query(query, key, value, visible, scaling: float):
     own step about 620 us), so the scores come with the attention, not on top of it."""
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
-    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+    work = working_dtype(query.dtype)
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim).to(work) * scaling
     logits = grouped @ key.to(work).transpose(-1, -2)  # [B, H_kv, G, K]
     if visible is not None:
