@@ -22,8 +22,8 @@ LIMIT = 64
 
 
 class OpLog(TorchDispatchMode):
-    """Every op dispatched while active: how often each ran, and each attention call's argument shapes (and whether
-    it got a mask)."""
+    """Every op dispatched while active: how often each ran, and each attention call's argument shapes and strides
+    (and whether it got a mask)."""
 
     def __init__(self):
         super().__init__()
@@ -34,7 +34,9 @@ class OpLog(TorchDispatchMode):
         name = str(func)
         self.counts[name] += 1
         if "attention" in name:
-            shapes = tuple(tuple(arg.shape) if isinstance(arg, torch.Tensor) else arg for arg in args)
+            shapes = tuple(  # strides too: SDPA's CPU kernel reads a strided view of the values more slowly
+                (tuple(arg.shape), arg.stride()) if isinstance(arg, torch.Tensor) else arg for arg in args
+            )
             self.attention.append((name, shapes, sorted((kwargs or {}).items())))
         return func(*args, **(kwargs or {}))
 
@@ -61,7 +63,7 @@ class UnchunkedPrefillCostTest(unittest.TestCase):
         for prompt in (4 * LIMIT, 8 * LIMIT):
             unbounded = prefill_ops(model, prompt)
             bounded = prefill_ops(model, prompt, cache_limit=LIMIT, num_sink_tokens=sinks)
-            self.assertEqual(bounded.attention, unbounded.attention)  # shapes, masks (None), causal flags
+            self.assertEqual(bounded.attention, unbounded.attention)  # shapes, strides, masks (None), causal flags
             self.assertTrue(all(dict(call[2]).get("is_causal", True) for call in bounded.attention))
             extra.append(sum(bounded.counts.values()) - sum(unbounded.counts.values()))
         self.assertEqual(extra[0], extra[1])  # what the limit adds does not grow with the prompt

@@ -8,7 +8,8 @@ peak-RSS mark is reset (`/proc/self/clear_refs` 5), then one `generate` reads th
 prompt and makes one token; reported are that call's process CPU time (`time.process_time`, which a child alone
 can read, so these timings are the children's and not `measure`'s: the cases are run in `measure`'s rotating order
 and paired per repeat the same way, `Measurement` built from them), its wall time, the RSS before it and the peak
-RSS during it (VmHWM; growth = peak - before).
+RSS during it (VmHWM; growth = peak - before). Children run with glibc's mmap threshold fixed (`MMAP_THRESHOLD`),
+so that peak follows the live tensors rather than the heap's reuse.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from pathlib import Path
 from .alternate import Measurement, Timing
 
 CASES = ("unbounded", "cache_limit=L", "cache_limit=L, chunked")
+#: glibc serves every allocation of at least this many bytes with its own mmap, returned to the system when freed, so
+#: the peak RSS follows the tensors alive at once. Left to glibc, the threshold rises as large blocks are freed, and
+#: later tensors come from a heap that keeps freed memory: at 16k tokens the same case's growth then varied 444-818
+#: MiB between runs; with this setting the same runs repeat to the MiB (SmolLM2 bf16 at 8k: 288 and 129 MiB, twice).
+MMAP_THRESHOLD = 128 * 1024
 
 
 def case_arguments(case: str, limit: int, chunk: int) -> dict:
@@ -84,6 +90,7 @@ def run_case(spec: dict) -> dict:
         "growth_bytes": after["VmHWM"] - before["VmRSS"],
         "peak_reset": reset,
         "threads": torch.get_num_threads(),
+        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
     }
 
 
@@ -92,7 +99,7 @@ def measure_prefill(
 ) -> tuple[Measurement, dict[str, list[dict]]]:
     """Every case once per repeat, each in a fresh process, in `measure`'s rotating order; the Measurement of the
     children's CPU times (baseline `unbounded`) and every child's raw figures."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD))
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     timings: dict[str, list[Timing]] = {case: [] for case in CASES}

@@ -21,7 +21,7 @@ import torch
 
 from .column_order import ColumnOrder
 from .eviction import QUERY_SCORED, KeyDiff, pooled, working_dtype
-from .layers import BoundedLayer
+from .layers import BoundedLayer, contiguous_states
 from .scored import PINNED, ScoredPlan
 
 #: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot: the column of the
@@ -233,7 +233,9 @@ class ScoredLayer(BoundedLayer):
         past = self._past(plan)
         new = self._new_slots(plan, key_states, value_states)
         every = {name: torch.cat([past[name], new[name].to(past[name].dtype)], dim=2) for name in past}
-        keys, values = (key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
+        keys, values = (
+            contiguous_states(key_states, value_states) if plan.model_mask else (every["keys"], every["values"])
+        )
         if plan.evict_after:
             if self.needs_query:
                 self.pending = (plan, every)
