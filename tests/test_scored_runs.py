@@ -134,3 +134,32 @@ def test_policy_without_a_limit_is_refused():
     ids, mask = prompt(1, 6)
     with cachelimit.patched("llama"), pytest.raises(ValueError, match="`cache_policy` needs `cache_limit`"):
         model.generate(ids, attention_mask=mask, max_new_tokens=3, cache_policy="keydiff", pad_token_id=0)
+
+
+@pytest.mark.parametrize(
+    "options, new_tokens, warns",
+    [
+        (dict(cache_policy="keydiff"), 256 - 20 + 2, True),  # reaches position 256: past the context of 256
+        (dict(cache_policy="keydiff"), 256 - 20 + 1, False),  # reaches position 255, the last one: within it
+        (dict(cache_policy="tova"), 300, True),
+        (dict(num_sink_tokens=4), 300, False),  # the window with sinks keeps positions within the limit
+    ],
+)
+def test_warns_when_a_policy_can_reach_past_the_context(options, new_tokens, warns):
+    """A scored policy keeps absolute positions, so a run that can go past `max_position_embeddings` (256 here) is
+    warned about before any token, once; the window is not (its sinks keep the positions inside the limit)."""
+    import warnings
+
+    model = tiny_llama()
+    ids, mask = prompt(1, 20)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    with cachelimit.patched("llama"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, cache_limit=8, pad_token_id=0, **options)
+    handle.remove()
+    ours = [w for w in caught if "past the model's context" in str(w.message)]
+    assert len(ours) == (1 if warns else 0), [str(w.message) for w in caught]
+    if warns:
+        assert "max_position_embeddings=256" in str(ours[0].message)
+        assert ours[0].filename == __file__  # pointed at the caller's generate

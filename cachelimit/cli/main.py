@@ -95,7 +95,19 @@ def _quiet_libraries() -> None:
     import huggingface_hub
     import transformers
 
+    from ..hf.run_checks import PastContextWarning
+
     warnings.filterwarnings("ignore")
+    warnings.filterwarnings("always", category=PastContextWarning)  # cachelimit's own, about the run asked for
+    shown = warnings.showwarning
+
+    def one_line(message, category, *args, **kwargs):
+        if issubclass(category, PastContextWarning):
+            print(f"cachelimit: warning: {_one_line(message)}", file=sys.stderr)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = one_line
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     huggingface_hub.utils.logging.set_verbosity_error()

@@ -8,6 +8,9 @@ reach. Each is a function of one `Run`, so a new check is one function in `CHECK
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +23,14 @@ from .generation_config import config_window
 from .masks import check_attention
 from .request import BoundedRequest
 from .validation import check_int
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class PastContextWarning(UserWarning):
+    """A bounded run that can reach positions past the model's context (`scored_positions`); the command line shows
+    it as one line, where it silences library warnings."""
+
 
 ASSISTED = ("assistant_model", "prompt_lookup_num_tokens", "assistant_early_exit")
 
@@ -75,20 +86,63 @@ def position_ids(run: Run) -> None:
         check_prompt(run.tokens.shape[:2], run.mask, given)
 
 
+def _longest_prompt(run: Run) -> int:
+    """The most real tokens a row of the prompt holds."""
+    return int(run.mask.sum(-1).max()) if run.mask is not None else run.tokens.shape[1]
+
+
+def _new_tokens(run: Run) -> int:
+    config = run.config
+    if config.max_new_tokens is not None:
+        return config.max_new_tokens
+    return (config.max_length if config.max_length is not None else 20) - run.tokens.shape[1]
+
+
 def learned_positions(run: Run) -> None:
     """A learned-position family cannot go past its last position (transformers fails mid-run there)."""
     if run.family.check_generation is None or run.tokens is None:
         return
-    longest = int(run.mask.sum(-1).max()) if run.mask is not None else run.tokens.shape[1]
-    config = run.config
-    if config.max_new_tokens is not None:
-        max_new = config.max_new_tokens
-    else:
-        max_new = (config.max_length if config.max_length is not None else 20) - run.tokens.shape[1]
-    run.family.check_generation(run.model, longest, max_new)
+    run.family.check_generation(run.model, _longest_prompt(run), _new_tokens(run))
 
 
-CHECKS = (cache_use, assisted_decoding, prefill_chunking, attention_implementation, position_ids, learned_positions)
+def scored_positions(run: Run) -> None:
+    """Warn when a scored policy's run can reach past the model's context: its kept keys keep their positions and new
+    tokens take absolute ones (docs/policies.md, "Positions"), so, unlike the window with sinks, it does not keep the
+    positions in the range the model was trained on. It is served exactly as defined, and an unbounded run would be
+    past its context too, so this is a warning, not a refusal (SmolLM2, 113k tokens, L=256: perplexity 3,137 with
+    keydiff against 11.4 with the window and 4 sinks)."""
+    context = getattr(run.model.config, "max_position_embeddings", None)
+    if run.request.policy is None or not run.family.uses_rope or run.tokens is None or not context:
+        return
+    reachable = _longest_prompt(run) + max(_new_tokens(run) - 1, 0)  # the last new token is never fed back
+    if reachable > context:
+        warnings.warn(
+            f"cache_policy={run.request.policy.name!r} keeps its keys' original positions and gives new tokens "
+            f"absolute ones, so this run can reach position {reachable - 1:,}, past the model's context "
+            f"(max_position_embeddings={context:,}), where a RoPE model's output degrades as an unbounded run's does. "
+            "The window (cache_policy=None) with num_sink_tokens keeps positions within the limit for endless runs.",
+            PastContextWarning,
+            stacklevel=_outside_the_package(),
+        )
+
+
+def _outside_the_package() -> int:
+    """The `stacklevel` that points a warning at the first frame outside cachelimit (the caller's `generate`)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+CHECKS = (
+    cache_use,
+    assisted_decoding,
+    prefill_chunking,
+    attention_implementation,
+    position_ids,
+    learned_positions,
+    scored_positions,
+)
 
 
 def check_run(run: Run) -> None:
