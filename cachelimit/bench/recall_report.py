@@ -19,8 +19,22 @@ NO_LIMIT = "no limit"
 
 
 def _variants(records) -> list[str]:
-    seen = {record["variant"] for record in records}
-    return [name for name in VARIANTS if name in seen]
+    """The variants present, in `VARIANTS` order; a labelled one (`labelled`) after its own."""
+    known, seen = list(VARIANTS), {record["variant"] for record in records}
+    return sorted(
+        seen, key=lambda name: (known.index(base) if (base := name.split(" (")[0]) in known else len(known), name)
+    )
+
+
+def labelled(records) -> list[dict]:
+    """The records, a scored policy run with a protected window of its own (`--protected`) named for it ("keydiff
+    (protected 64)"), so that its cells stand beside the default's instead of being counted with them."""
+    return [
+        {**record, "variant": f"{record['variant']} (protected {record['protected']})"}
+        if record.get("protected") is not None and record["variant"] in ("keydiff", "tova", "snapkv")
+        else record
+        for record in records
+    ]
 
 
 def _budgets(records) -> list[int]:
@@ -104,7 +118,8 @@ def groups(records) -> dict:
 
     def order(item) -> tuple:
         model, case, length, prefill = item[0]
-        return (models.index(model) if model in models else 9, model, cases.get(case, 9), length or 0, prefill)
+        whole = 2**62  # a run over the whole text (no length) after every shorter one
+        return (models.index(model) if model in models else 9, model, cases.get(case, 9), length or whole, prefill)
 
     return dict(sorted(grouped.items(), key=order))
 
@@ -115,7 +130,8 @@ def _title(model: str, case: str, length, prefill: str, records) -> str:
 
 def _subject(case: str, length, prefill: str, records) -> str:
     if case == "ppl":
-        return f"perplexity of the default text (prefill_chunk_size {records[0]['chunk']})"
+        text = "the whole default text" if length is None else f"the first {length:,} tokens of the default text"
+        return f"perplexity of {text} (prefill_chunk_size {records[0]['chunk']})"
     depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
     read = "read whole" if prefill == "whole" else f"read in chunks of {records[0]['chunk']}"
     if case == "chat":
@@ -213,6 +229,7 @@ def plot(records, path: Path) -> bool:
 
 def write_report(records, out: Path) -> str:
     """Writes OUT/recall_tables.md and OUT/recall_accuracy.png; returns the markdown."""
+    records = labelled(records)
     text = markdown(records)
     (out / TABLES).write_text(text)
     if plot(records, out / PLOT):
