@@ -107,8 +107,8 @@ def learned_positions(run: Run) -> None:
 
 def scored_positions(run: Run) -> None:
     """Warn when a scored policy's run can reach past the model's context: its kept keys keep their positions and new
-    tokens take absolute ones (docs/policies.md, "Positions"), so, unlike the window with sinks, it does not keep the
-    positions in the range the model was trained on. It is served exactly as defined, and an unbounded run would be
+    tokens take absolute ones (docs/policies.md, "Positions"), so, unlike the window, it lets a query read keys from
+    further back than the model was trained on (RoPE attention depends on that distance). It is served exactly as defined, and an unbounded run would be
     past its context too, so this is a warning, not a refusal (SmolLM2, 113k tokens, L=256: perplexity 3,137 with
     keydiff against 11.4 with the window and 4 sinks)."""
     context = getattr(run.model.config, "max_position_embeddings", None)
@@ -117,10 +117,11 @@ def scored_positions(run: Run) -> None:
     reachable = _longest_prompt(run) + max(_new_tokens(run) - 1, 0)  # the last new token is never fed back
     if reachable > context:
         warnings.warn(
-            f"cache_policy={run.request.policy.name!r} keeps its keys' original positions and gives new tokens "
-            f"absolute ones, so this run can reach position {reachable - 1:,}, past the model's context "
-            f"(max_position_embeddings={context:,}), where a RoPE model's output degrades as an unbounded run's does. "
-            "The window (cache_policy=None) with num_sink_tokens keeps positions within the limit for endless runs.",
+            f"cache_policy={run.request.policy.name!r} keeps its keys' original positions, so this run can reach "
+            f"position {reachable - 1:,}, past the model's context (max_position_embeddings={context:,}): its "
+            "queries would read kept keys from further back than the model was trained on, where a RoPE model's "
+            "output degrades as an unbounded run's does. The window (cache_policy=None, with num_sink_tokens) keeps "
+            "every distance within the limit, for endless runs.",
             PastContextWarning,
             stacklevel=_outside_the_package(),
         )
