@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from ..core.eviction import SCORED
 from .recall_run import VARIANTS
 
 MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma 3 270M", "tiny": "the tiny test model"}
 TABLES = "recall_tables.md"
 PLOT = "recall_accuracy.png"
 NO_LIMIT = "no limit"
+#: the variants that are scored policies (a `--protected` run of one is its own row)
+SCORED_NAMES = {policy.name for policy in SCORED}
 
 
 def _variants(records) -> list[str]:
@@ -31,7 +34,7 @@ def labelled(records) -> list[dict]:
     (protected 64)"), so that its cells stand beside the default's instead of being counted with them."""
     return [
         {**record, "variant": f"{record['variant']} (protected {record['protected']})"}
-        if record.get("protected") is not None and record["variant"] in ("keydiff", "tova", "snapkv")
+        if record.get("protected") is not None and record["variant"] in SCORED_NAMES
         else record
         for record in records
     ]

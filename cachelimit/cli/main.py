@@ -99,15 +99,17 @@ def _quiet_libraries() -> None:
 
     warnings.filterwarnings("ignore")
     warnings.filterwarnings("always", category=PastContextWarning)  # cachelimit's own, about the run asked for
-    shown = warnings.showwarning
+    if not getattr(warnings.showwarning, "one_line", False):  # once, however often `run` is called in a process
+        shown = warnings.showwarning
 
-    def one_line(message, category, *args, **kwargs):
-        if issubclass(category, PastContextWarning):
-            print(f"cachelimit: warning: {_one_line(message)}", file=sys.stderr)
-        else:
-            shown(message, category, *args, **kwargs)
+        def show(message, category, *args, **kwargs):
+            if issubclass(category, PastContextWarning):
+                print(f"cachelimit: warning: {_one_line(message)}", file=sys.stderr)
+            else:
+                shown(message, category, *args, **kwargs)
 
-    warnings.showwarning = one_line
+        show.one_line = True
+        warnings.showwarning = show
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     huggingface_hub.utils.logging.set_verbosity_error()

@@ -108,9 +108,9 @@ def learned_positions(run: Run) -> None:
 def scored_positions(run: Run) -> None:
     """Warn when a scored policy's run can reach past the model's context: its kept keys keep their positions and new
     tokens take absolute ones (docs/policies.md, "Positions"), so, unlike the window, it lets a query read keys from
-    further back than the model was trained on (RoPE attention depends on that distance). It is served exactly as defined, and an unbounded run would be
-    past its context too, so this is a warning, not a refusal (SmolLM2, 113k tokens, L=256: perplexity 3,137 with
-    keydiff against 11.4 with the window and 4 sinks)."""
+    further back than the model was trained on (RoPE attention depends on that distance). It is served exactly as
+    defined, and an unbounded run would be past its context too, so this is a warning, not a refusal (SmolLM2, 113k
+    tokens, L=256: perplexity 3,137 with keydiff against 11.4 with the window and 4 sinks)."""
     context = getattr(run.model.config, "max_position_embeddings", None)
     if run.request.policy is None or not run.family.uses_rope or run.tokens is None or not context:
         return
