@@ -1,6 +1,7 @@
 """What a steady decode step of each scored policy costs next to the window's, at the same `L` (issue 25).
 
     python benchmarks/policy_cost.py                        # SmolLM2, bf16, L=1024: docs/policy_cost.md/.json
+    python benchmarks/policy_cost.py --dtype float32 --out /tmp/cost   # no half-precision keys to convert
     python benchmarks/policy_cost.py --model tiny --limit 64 --steps 32 --out /tmp/cost
 
 Every variant continues a deep copy of its own prefilled cache (a prompt of `L + 64` tokens read whole, so every
@@ -30,6 +31,7 @@ VARIANTS = {"window": None, "window + 4 sinks": None, "keydiff": "keydiff", "tov
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"])
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], help="default: bfloat16 (SmolLM2), float32 (tiny)")
     parser.add_argument("--limit", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=5)
@@ -45,11 +47,13 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     if args.model == "smollm2":
-        model, _ = cachelimit.load_pretrained("smollm2", dtype=torch.bfloat16)
+        model, _ = cachelimit.load_pretrained("smollm2", dtype=getattr(torch, args.dtype or "bfloat16"))
     else:
         from cachelimit.cli.tiny_model import build_tiny_model
 
         model, _ = build_tiny_model()
+        if args.dtype:
+            model = model.to(getattr(torch, args.dtype))
     cachelimit.patch()
     torch.manual_seed(0)
     ids = torch.randint(3, model.config.vocab_size, (1, args.limit + 64))
