@@ -152,3 +152,40 @@ def test_the_native_window_copy_is_the_same_model_and_the_variants_do_the_same_w
         with cachelimit.patched("llama"):
             check = same_work(model, native, total=200, limit=64, sinks=4)
         assert check["same_tokens"], check
+
+
+def test_prefill_memory_comes_from_the_memory_children_when_a_cell_has_them():
+    cell = fake_results()["prefill"][0]
+    # the timed children's figures say 800/400/80 MiB; the memory children's 600/300/30 MiB: the table reads those
+    cell["memory"] = {
+        case: [{"growth_bytes": int(600 * 2**20 * f), "peak_rss_bytes": int((600 + 600 * f) * 2**20)}]
+        for case, f in zip(CASES, (1.0, 0.5, 0.05), strict=True)
+    }
+    text = long_report.prefill_table([cell])
+    assert "| float32 | 8,192 | cache_limit=L, chunked | 2.5 | 0.25 [0.25, 0.25] | 630 | 30 | 0.05 |" in text
+    cell["memory"] = {case: [] for case in CASES}  # no memory children (--prefill-memory-runs 0): the timed ones
+    assert "| float32 | 8,192 | cache_limit=L, chunked | 2.5 | 0.25 [0.25, 0.25] | 680 | 80 | 0.10 |" in (
+        long_report.prefill_table([cell])
+    )
+
+
+def test_timed_prefill_children_use_the_default_allocator_and_memory_children_the_fixed_threshold(monkeypatch):
+    from cachelimit.bench import long_prefill
+
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4096")  # a user's setting must not reach the timed children
+    calls = []
+
+    def child(spec, env):
+        fixed = env.get("MALLOC_MMAP_THRESHOLD_")
+        calls.append((spec["case"], fixed))
+        cpu = {"unbounded": 10.0, "cache_limit=L": 9.0, "cache_limit=L, chunked": 5.0}[spec["case"]]
+        # a memory child's CPU time is inflated by its page faults: it must not enter a ratio
+        return {"cpu_s": cpu * (2 if fixed else 1), "wall_s": cpu, "growth_bytes": 1 if fixed else 2}
+
+    monkeypatch.setattr(long_prefill, "_child", child)
+    measurement, raw, memory = long_prefill.measure_prefill("bfloat16", 2048, 1024, 1024, 2, 1, memory_runs=1)
+    assert [fixed for _, fixed in calls[:6]] == [None] * 6
+    assert calls[6:] == [(case, str(long_prefill.MMAP_THRESHOLD)) for case in CASES]
+    assert measurement.ratios("cache_limit=L, chunked") == pytest.approx([0.5, 0.5])
+    assert [len(runs) for runs in raw.values()] == [2, 2, 2] and [len(runs) for runs in memory.values()] == [1, 1, 1]
+    assert all(run["growth_bytes"] == 1 for runs in memory.values() for run in runs)

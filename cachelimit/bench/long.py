@@ -37,7 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=count(), default=3, help="timed calls per variant, alternated (3)")
     parser.add_argument("--prefill-lengths", type=int_list, default=[2048, 8192], help="prompt lengths to prefill")
     parser.add_argument("--prefill-chunk", type=count(), default=1024, help="prefill_chunk_size (default 1024)")
-    parser.add_argument("--prefill-repeats", type=count(), default=1, help="fresh processes per prefill case (1)")
+    parser.add_argument("--prefill-repeats", type=count(), default=1, help="timed processes per prefill case (1)")
+    parser.add_argument(
+        "--prefill-memory-runs",
+        type=count(0),
+        default=1,
+        help="processes per prefill case that measure its memory, with glibc's mmap threshold fixed (1; 0: none)",
+    )
     parser.add_argument("--parts", type=name_list(PARTS), default=list(PARTS), help="steps,prefill (both)")
     parser.add_argument("--threads", type=threads, default=1, help="torch threads (default 1)")
     parser.add_argument("--seed", type=count(0), default=0, help="seed of the random keys and ids")
@@ -106,12 +112,12 @@ def run_prefill(settings: dict, results: dict, save) -> None:
 
     for total in settings["prefill_lengths"]:  # shortest first: a run stopped early keeps every dtype's short ones
         for dtype in settings["dtypes"]:
-            m, raw = measure_prefill(
+            m, raw, memory = measure_prefill(
                 dtype, total, settings["limit"], settings["prefill_chunk"], settings["prefill_repeats"],
-                settings["threads"],
+                settings["threads"], settings["prefill_memory_runs"],
             )  # fmt: skip
             cell = {"dtype": dtype, "total": total, "limit": settings["limit"], "chunk": settings["prefill_chunk"]}
-            results["prefill"].append({**cell, "measurement": m.to_json(), "raw": raw})
+            results["prefill"].append({**cell, "measurement": m.to_json(), "raw": raw, "memory": memory})
             save()
 
 

@@ -70,6 +70,13 @@ def step_table(cells: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def memory_runs(cell: dict) -> dict[str, list[dict]]:
+    """The children a prefill cell's memory is read from: its memory children (`bench.long_prefill`), or, in a cell
+    measured before they existed, its timed children."""
+    memory = cell.get("memory") or {}
+    return memory if all(memory.get(case) for case in cell["raw"]) and memory else cell["raw"]
+
+
 def prefill_table(cells: list[dict]) -> str:
     lines = [
         "| dtype | T | case | CPU s | CPU vs unbounded | peak RSS MiB | growth MiB | growth vs unbounded |",
@@ -77,8 +84,9 @@ def prefill_table(cells: list[dict]) -> str:
     ]
     for cell in cells:
         measurement = measurement_from_json(cell["measurement"])
-        growth = {case: statistics.median(r["growth_bytes"] for r in runs) for case, runs in cell["raw"].items()}
-        for case, runs in cell["raw"].items():
+        probes = memory_runs(cell)
+        growth = {case: statistics.median(r["growth_bytes"] for r in runs) for case, runs in probes.items()}
+        for case, runs in probes.items():
             summary = measurement.summary(case)
             peak = statistics.median(r["peak_rss_bytes"] for r in runs) / MIB
             base = growth[measurement.baseline]
