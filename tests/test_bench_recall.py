@@ -253,6 +253,16 @@ def test_the_report_splits_trials_by_depth_where_there_are_several(tmp_path):
     assert "By depth" not in recall_report.markdown(FAKE)  # one depth: nothing to split
 
 
+def test_a_budget_curve_compares_only_the_depths_every_budget_has():
+    deep = [{**record, "depth": 90, "trial": 10 + record["trial"]} for record in FAKE]
+    wider = [{**record, "budget": 256, "trial": 20 + record["trial"]} for record in FAKE + deep if record["budget"]]
+    unbounded_deep = [record for record in deep if record["budget"] is None]
+    members, depths = recall_report.comparable(FAKE + unbounded_deep + wider)  # 128: depth 50 only; 256: 50, 90
+    assert depths == [50] and {record["depth"] for record in members} == {50}
+    assert sum(record["variant"] == "unbounded" for record in members) == 2  # the unbounded line at 50 % too
+    assert recall_report.comparable(FAKE + deep) == (FAKE + deep, [])  # every budget has both: nothing left out
+
+
 def test_a_torn_journal_line_is_skipped_and_a_trial_counts_once(tmp_path):
     path = tmp_path / "j.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (FAKE[0], FAKE[1], {**FAKE[0], "seconds": 2})) + '{"ca')

@@ -188,6 +188,18 @@ def markdown(records) -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
+def comparable(members) -> tuple[list, list]:
+    """A panel's records at the depths every budget has (a budget curve of one depth with a point that pools three
+    would compare unlike trials: at 90 % a key can sit inside the window), the unbounded trials at the same depths,
+    and those depths ([] when every budget has them all)."""
+    bounded = [r for r in members if r["budget"] is not None and r.get("correct") is not None]
+    per_budget = [{r.get("depth") for r in bounded if r["budget"] == b} for b in _budgets(bounded)]
+    everywhere = set.intersection(*per_budget) if per_budget else set()
+    if not per_budget or all(depths == everywhere for depths in per_budget):
+        return members, []
+    return [r for r in members if r.get("depth") in everywhere], sorted(everywhere)
+
+
 def plot(records, path: Path) -> bool:
     """Accuracy against budget, one panel per (model, case, length, prefill), one line per variant (the unbounded cache a
     dashed level). False when there is nothing to plot."""
@@ -205,6 +217,7 @@ def plot(records, path: Path) -> bool:
     rows = -(-len(panels) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False)
     for axis, ((model, case, length, prefill), members) in zip(axes.flat, panels, strict=False):
+        members, depths = comparable(members)
         counts, budgets = tally(members), _budgets(members)
         for variant in _variants(members):
             if variant == "unbounded":
@@ -222,7 +235,10 @@ def plot(records, path: Path) -> bool:
         axis.set_ylim(-5, 105)
         axis.set_xlabel("cache budget L (positions per layer)")
         axis.set_ylabel("accuracy (%)")
-        axis.set_title(f"{MODEL_NAMES.get(model, model)}: {case}, {length} tokens, {prefill}", fontsize=10)
+        if not depths and len(every := {r["depth"] for r in members if r.get("depth") is not None}) == 1:
+            depths = sorted(every)  # one depth in the panel: say which
+        at = f", depth {', '.join(f'{d} %' for d in depths)}" if depths else ""
+        axis.set_title(f"{MODEL_NAMES.get(model, model)}: {case}, {length} tokens, {prefill}{at}", fontsize=10)
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(panels) :]:
         axis.set_visible(False)
