@@ -261,6 +261,8 @@ def test_a_budget_curve_compares_only_the_depths_every_budget_has():
     assert depths == [50] and {record["depth"] for record in members} == {50}
     assert sum(record["variant"] == "unbounded" for record in members) == 2  # the unbounded line at 50 % too
     assert recall_report.comparable(FAKE + deep) == (FAKE + deep, [])  # every budget has both: nothing left out
+    apart = FAKE + [record for record in wider if record["depth"] == 90]  # 128 at 50 only, 256 at 90 only
+    assert recall_report.comparable(apart) == (apart, [])  # nothing in common: pooled, as the tables do
 
 
 def test_a_torn_journal_line_is_skipped_and_a_trial_counts_once(tmp_path):

@@ -191,11 +191,11 @@ def markdown(records) -> str:
 def comparable(members) -> tuple[list, list]:
     """A panel's records at the depths every budget has (a budget curve of one depth with a point that pools three
     would compare unlike trials: at 90 % a key can sit inside the window), the unbounded trials at the same depths,
-    and those depths ([] when every budget has them all)."""
+    and those depths ([] when every budget has them all, or when no depth is common to all: then pooled)."""
     bounded = [r for r in members if r["budget"] is not None and r.get("correct") is not None]
     per_budget = [{r.get("depth") for r in bounded if r["budget"] == b} for b in _budgets(bounded)]
     everywhere = set.intersection(*per_budget) if per_budget else set()
-    if not per_budget or all(depths == everywhere for depths in per_budget):
+    if not everywhere or all(depths == everywhere for depths in per_budget):
         return members, []
     return [r for r in members if r.get("depth") in everywhere], sorted(everywhere)
 
