@@ -40,6 +40,15 @@ def labelled(records) -> list[dict]:
     ]
 
 
+def _depths(records) -> list[int]:
+    """The needle depths the records have (none for chat and perplexity), sorted."""
+    return sorted({record["depth"] for record in records if record.get("depth") is not None})
+
+
+def _percents(depths) -> str:
+    return ", ".join(f"{depth} %" for depth in depths)
+
+
 def _budgets(records) -> list[int]:
     return sorted({record["budget"] for record in records if record["budget"] is not None})
 
@@ -76,7 +85,7 @@ def depth_table(records) -> str:
     """The same trials by needle depth: rows variants, a column per (budget, depth) that has trials; "" with one
     depth (the accuracy table says it all). Why: at a fixed budget the window finds a key only when it lies in its
     last L positions, so depth separates recall from mere recency."""
-    depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
+    depths = _depths(records)
     if len(depths) < 2:
         return ""
     counts: dict = defaultdict(lambda: [0, 0])
@@ -135,12 +144,12 @@ def _subject(case: str, length, prefill: str, records) -> str:
     if case == "ppl":
         text = "the whole default text" if length is None else f"the first {length:,} tokens of the default text"
         return f"perplexity of {text} (prefill_chunk_size {records[0]['chunk']})"
-    depths = sorted({record["depth"] for record in records if record.get("depth") is not None})
+    depths = _depths(records)
     read = "read whole" if prefill == "whole" else f"read in chunks of {records[0]['chunk']}"
     if case == "chat":
         return f"chat recall, {length} tokens of other turns between fact and question ({read} per turn)"
     name = {"passkey": "pass key in filler", "text": "secret number in real text"}[case]
-    return f"{name}, {length}-token prompt, depths {', '.join(f'{d} %' for d in depths)} ({read})"
+    return f"{name}, {length}-token prompt, depths {_percents(depths)} ({read})"
 
 
 def headline(records) -> str:
@@ -235,9 +244,9 @@ def plot(records, path: Path) -> bool:
         axis.set_ylim(-5, 105)
         axis.set_xlabel("cache budget L (positions per layer)")
         axis.set_ylabel("accuracy (%)")
-        if not depths and len(every := {r["depth"] for r in members if r.get("depth") is not None}) == 1:
-            depths = sorted(every)  # one depth in the panel: say which
-        at = f", depth {', '.join(f'{d} %' for d in depths)}" if depths else ""
+        if not depths and len(_depths(members)) == 1:
+            depths = _depths(members)  # one depth in the panel: say which
+        at = f", depth {_percents(depths)}" if depths else ""
         axis.set_title(f"{MODEL_NAMES.get(model, model)}: {case}, {length} tokens, {prefill}{at}", fontsize=10)
         axis.legend(fontsize=7)
     for axis in list(axes.flat)[len(panels) :]:
