@@ -8,8 +8,14 @@ Checks (`cachelimit.bench.gpu_checks`), each skipped once the time budget (`--bu
   flash attention where `flash_attn` is installed (flash attention is refused today: its row says "refused").
 - compile: the static ring under transformers' automatic CUDA compile: graphs compiled, recompiles in a second run
   (must be 0), tokens equal to the eager run, ms per token vs eager bounded and compiled `StaticCache`.
-- long run: SmolLM2 (`cachelimit.load_pretrained("smollm2")`, bf16) over `--tokens` tokens: decode tokens/s and peak
-  memory, unbounded vs `cache_limit=1024`, with and without 4 sinks.
+- policies: each scored policy (keydiff, tova, snapkv) on CUDA against the same run on CPU, where the test suite checks
+  it against the slow reference and the replay (`cachelimit.bench.gpu_decode`).
+- host syncs: synchronizing calls per decode step (torch's sync debug mode) of the window and each policy against the
+  unbounded run.
+- decode speed: a model of SmolLM2-135M's shapes (seeded random weights: the real one's file cannot travel to the GPU
+  machine), bf16, at each total length of `--lengths`: ms per decode step and peak memory of unbounded, window, window
+  + 4 sinks, each policy, and (at `--compiled-at`) compiled `StaticCache` and the compiled static ring with and
+  without sinks; variants alternated, repeated, ratios median [min, max].
 - cache kinds: `set_cache_implementation("offloaded")` and `("quantized", backend="fp8")` against the dynamic cache.
 - two devices: a model split across cuda:0 and cuda:1 equals the one-device run (skipped with one GPU).
 
@@ -31,9 +37,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CHECKS = ("exactness", "compile", "long run", "cache kinds", "two devices")
+CHECKS = ("exactness", "policies", "host syncs", "compile", "decode speed", "cache kinds", "two devices")
 #: seconds a check is expected to take at most: it is skipped when less than that is left of the budget
-EXPECTED_S = {"exactness": 60, "compile": 150, "long run": 120, "cache kinds": 20, "two devices": 20}
+EXPECTED_S = {
+    "exactness": 30,
+    "policies": 20,
+    "host syncs": 20,
+    "compile": 90,
+    "decode speed": 60,
+    "cache kinds": 20,
+    "two devices": 20,
+}
 NO_CUDA = "gpu_check: no CUDA device (torch.cuda.is_available() is False): this script checks cachelimit on a GPU only"
 
 
@@ -42,6 +56,17 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
+
+
+def lengths(text: str) -> tuple[int, ...]:
+    found = tuple(positive(part) for part in text.split(",") if part.strip())
+    if not found:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return found
+
+
+def lengths_or_none(text: str) -> tuple[int, ...]:
+    return () if text.strip().lower() == "none" else lengths(text)
 
 
 def check_names(text: str) -> tuple[str, ...]:
@@ -57,11 +82,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("docs/gpu_check"), help="folder for results.json/.md")
     parser.add_argument("--only", type=check_names, default=CHECKS, help=f"comma-separated, of: {', '.join(CHECKS)}")
     parser.add_argument("--budget-s", type=positive, default=480, help="seconds for all checks (default 480)")
-    parser.add_argument("--tokens", type=positive, default=8192, help="long run: total tokens (default 8192)")
-    parser.add_argument("--new-tokens", type=positive, default=512, help="long run: decoded tokens (default 512)")
+    parser.add_argument("--lengths", type=lengths, default=(2048, 8192, 32768), help="decode speed: total tokens")
+    parser.add_argument("--new-tokens", type=positive, default=32, help="decode speed: decoded tokens (default 32)")
+    parser.add_argument("--repeats", type=positive, default=3, help="decode speed: timed repeats (default 3)")
+    parser.add_argument(
+        "--compiled-at", type=lengths_or_none, default=(32768,), help="decode speed: lengths run compiled, or none"
+    )
     args = parser.parse_args(argv)
-    if args.new_tokens >= args.tokens:
-        parser.error(f"--new-tokens ({args.new_tokens}) must be smaller than --tokens ({args.tokens})")
+    if args.new_tokens < 2 or args.new_tokens >= min(args.lengths):
+        parser.error(f"--new-tokens ({args.new_tokens}) must be at least 2 and below every --lengths value")
+    if not set(args.compiled_at) <= set(args.lengths):
+        parser.error(f"--compiled-at {args.compiled_at} must be among --lengths {args.lengths}")
     return args
 
 
@@ -89,17 +120,27 @@ def write_results(results: dict, out: Path) -> tuple[Path, Path]:
     return as_json, as_markdown
 
 
-def run_checks(names, budget_s: int, tokens: int, new_tokens: int) -> list[dict]:
+def run_checks(names, budget_s: int, args: argparse.Namespace, progress=None) -> list[dict]:
+    """Every check in `names` within `budget_s`; `progress(rows)` after each, so a run cut short leaves its files."""
     import torch
 
-    from cachelimit.bench import gpu_checks
+    from cachelimit.bench import gpu_checks, gpu_decode
 
     deadline, rows = time.monotonic() + budget_s, []
     with tempfile.TemporaryDirectory() as tmp_dir:
         calls = {
             "exactness": lambda: gpu_checks.exactness("cuda"),
             "compile": lambda: gpu_checks.compiled("cuda"),
-            "long run": lambda: gpu_checks.long_run(tokens, new_tokens),
+            "policies": lambda: gpu_decode.policies_across_devices("cuda"),
+            "host syncs": lambda: gpu_decode.host_syncs("cuda"),
+            "decode speed": lambda: gpu_decode.decode_speed(
+                gpu_decode.smollm2_shaped("cuda", positions=max(args.lengths) + 64),
+                args.lengths,
+                args.new_tokens,
+                args.repeats,
+                compiled_at=args.compiled_at,
+                deadline=deadline - 30,
+            ),
             "cache kinds": lambda: gpu_checks.cache_kinds("cuda"),
             "two devices": lambda: gpu_checks.two_devices(tmp_dir),
         }
@@ -118,6 +159,8 @@ def run_checks(names, budget_s: int, tokens: int, new_tokens: int) -> list[dict]
                 row.setdefault("seconds", time.monotonic() - started)
             rows += found
             print(f"gpu_check: {name}: {', '.join(row['status'] for row in found)}", flush=True)
+            if progress is not None:
+                progress(rows)
     return rows
 
 
@@ -137,8 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         print(NO_CUDA, file=sys.stderr)
         return 2
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    rows = run_checks(args.only, args.budget_s, args.tokens, args.new_tokens)
-    results = {"started": started, "machine": machine(), "python": platform.python_version(), "rows": rows}
+    results = {"started": started, "machine": machine(), "python": platform.python_version(), "rows": []}
+
+    def progress(rows: list[dict]) -> None:
+        write_results({**results, "rows": rows}, args.out)
+
+    rows = run_checks(args.only, args.budget_s, args, progress)
+    results["rows"] = rows
     for path in write_results(results, args.out):
         print(f"gpu_check: wrote {path}")
     return 0 if all(row["status"] in ("pass", "refused", "skipped") for row in rows) else 1

@@ -142,6 +142,21 @@ class CompiledDecodeTest(unittest.TestCase):
         self.assertEqual([step for step in decode_compiles if step > steady + pads], [], compiles)
         self.assert_same_run(compiled, eager)
 
+    @parameterized.expand([("window", None, 0), ("sinks", None, 4), ("keydiff", "keydiff", 2), ("tova", "tova", 0)])
+    def test_buffers_a_compiled_step_writes_keep_a_fixed_address(self, _, policy, sinks):
+        """On CUDA, inductor skips CUDA graphs for a step that writes an input not marked static (seen for the
+        static ring on an H200, docs/gpu.md): every buffer a decode step writes in place is marked, as transformers'
+        static caches mark theirs, and so is every buffer after the ring grew."""
+        model = build_tiny_model("llama")
+        ids, mask = left_padded_batch([9, 5], seed=6)
+        for static in (True, False):
+            cache = BoundedCache.from_model(model, LIMIT, sinks, static=static, cache_policy=policy)
+            generate(model, ids, mask, cache, 24)
+            for index, layer in enumerate(cache.layers):
+                written = ["keys", "values"] + (["free", *layer.slot_tensors] if policy else [])
+                unmarked = [name for name in written if not hasattr(getattr(layer, name), "_dynamo_static_input_type")]
+                self.assertEqual(unmarked, [], f"layer {index}, static={static}")
+
     def test_growing_ring_recompiles_only_when_it_grows(self):
         model = build_tiny_model("llama")
         ids, mask = left_padded_batch([6, 6], seed=7)

@@ -15,7 +15,6 @@ import time
 import torch
 from transformers import MistralConfig, MistralForCausalLM
 
-from ..cli.pretrained import load_pretrained
 from ..core.cache import BoundedCache
 from ..families.patching import patch
 from ..hf.compat import CACHE_ARGUMENT, output_cache
@@ -82,12 +81,13 @@ def greedy(model, ids, mask, new: int = NEW, **options):
 
 
 def compare(case: dict, run, oracle, tolerance: float) -> dict:
-    """Tokens equal and the largest logit difference, over the steps up to the first differing token."""
+    """Tokens equal and the largest logit difference, over the steps up to the first differing token (the two runs
+    may lie on different devices)."""
     new = run.sequences.shape[1] - len(run.logits)
-    same = (run.sequences[:, new:] == oracle.sequences[:, new:]).all(0).tolist()
+    same = (run.sequences[:, new:].cpu() == oracle.sequences[:, new:].cpu()).all(0).tolist()
     steps = same.index(False) + 1 if False in same else len(same)
     diff = max(
-        (a.float() - b.float()).abs().max().item()
+        (a.float().cpu() - b.float().cpu()).abs().max().item()
         for a, b in zip(run.logits[:steps], oracle.logits[:steps], strict=True)
     )
     status = "pass" if all(same) and diff <= tolerance else "fail"
@@ -119,7 +119,10 @@ def exactness(device, dtypes=(torch.float32, torch.bfloat16), attention=None, or
     return rows
 
 
-def per_token_ms(run_once, new: int) -> float:
+def per_token_ms(run_once, new: int, warm_up: bool = False) -> float:
+    """Milliseconds per token of `run_once()`; `warm_up` runs it once untimed first (a compile, CUDA graphs)."""
+    if warm_up:
+        run_once()
     torch.cuda.synchronize()
     started = time.perf_counter()
     run_once()
@@ -165,8 +168,8 @@ def compiled(device, steps: int = 200):
     timings = {
         "eager bounded": per_token_ms(lambda: bounded(disable_compile=True), steps),
         "compiled bounded": per_token_ms(bounded, steps),
-        "compiled StaticCache (no window)": per_token_ms(
-            lambda: greedy(model, ids, mask, steps, cache_implementation="static", cache_limit=None), steps
+        "compiled StaticCache (no window)": per_token_ms(  # warmed up: its first run compiles
+            lambda: greedy(model, ids, mask, steps, cache_implementation="static", cache_limit=None), steps, True
         ),
     }
     baseline = timings["compiled StaticCache (no window)"]
@@ -174,33 +177,6 @@ def compiled(device, steps: int = 200):
         rows.append(
             {"check": "compile", "case": f"ms/token {case}", "status": "pass", "value": ms, "ratio": ms / baseline}
         )
-    return rows
-
-
-def long_run(tokens: int, new: int, name: str = "smollm2"):
-    """SmolLM2 in bf16 over `tokens` tokens (a random prompt of `tokens - new`, then `new` decoded): decode tokens/s
-    and peak device memory, unbounded vs `cache_limit=1024` (with and without 4 sinks)."""
-    model, _ = load_pretrained(name, dtype=torch.bfloat16)
-    model = model.to("cuda")
-    model.generation_config.eos_token_id = None
-    ids = torch.randint(1, model.config.vocab_size, (1, tokens - new), generator=torch.Generator().manual_seed(0))
-    ids = ids.cuda()
-    rows, base = [], None
-    for case, options in [
-        ("unbounded", {"cache_limit": None}),
-        ("cache_limit=1024", {"cache_limit": 1024}),
-        ("cache_limit=1024, 4 sinks", {"cache_limit": 1024, "num_sink_tokens": 4}),
-    ]:
-        mask = torch.ones_like(ids)
-        prefill = per_token_ms(lambda: greedy(model, ids, mask, 1, **options), 1)  # noqa: B023
-        torch.cuda.reset_peak_memory_stats()
-        total = per_token_ms(lambda: greedy(model, ids, mask, new, **options), new) * new  # noqa: B023
-        tokens_per_s = (new - 1) * 1000 / max(total - prefill, 1e-9)
-        row = {"check": "long run", "case": case, "status": "pass", "value": tokens_per_s, "unit": "tokens/s"}
-        row["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        base = base or row
-        row["ratio"] = tokens_per_s / base["value"]
-        rows.append(row)
     return rows
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
+from .memory import fixed_address
 from .plan import StepPlan
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class BoundedLayer(CacheLayerMixin):
         if self.num_sinks and self.rotary is not None:
             moved = key_states if self.rotated == "keys" else value_states
             self.sink_keys = moved.new_zeros(*moved.shape[:2], self.num_sinks, moved.shape[-1])
+            fixed_address(self.sink_keys)
+        fixed_address(self.keys, self.values)
         self.is_initialized = True
 
     def reserve(self, capacity: int) -> None:
@@ -76,6 +79,7 @@ class BoundedLayer(CacheLayerMixin):
             grown = old.new_zeros(*old.shape[:2], slots, old.shape[-1])
             grown[:, :, :held] = old
             setattr(self, name, grown)
+        fixed_address(self.keys, self.values)
 
     def _plan(self, num_new: int) -> StepPlan:
         plan = self.group.plan

@@ -21,3 +21,15 @@ def kv_bytes(cache) -> int:
                 storage = tensor.untyped_storage()
                 storages[storage.data_ptr()] = storage.nbytes()
     return sum(storages.values())
+
+
+def fixed_address(*tensors: torch.Tensor) -> None:
+    """Mark a layer's buffers as keeping their address from one compiled step to the next, as transformers' static
+    caches mark theirs. A compiled step writes them in place; inductor runs such a step as a CUDA graph only when
+    the mutated inputs are marked, and otherwise skips CUDA graphs for the whole step ("skipping cudagraphs due to
+    mutated inputs", seen for the static ring on an H200, docs/gpu.md). A buffer that grows is a new tensor and is
+    marked again; eager runs ignore the mark, and a compiled forward may not set it (it is done outside)."""
+    if torch.compiler.is_compiling():
+        return
+    for tensor in tensors:
+        torch._dynamo.mark_static_address(tensor)

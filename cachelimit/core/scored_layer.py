@@ -22,6 +22,7 @@ import torch
 from .column_order import ColumnOrder
 from .eviction import QUERY_SCORED, KeyDiff, pooled, working_dtype
 from .layers import BoundedLayer, contiguous_states
+from .memory import fixed_address
 from .scored import PINNED, ScoredPlan
 
 #: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot: the column of the
@@ -114,6 +115,7 @@ class ScoredLayer(BoundedLayer):
             self.order.refresh(self.column)
         batch, heads, slots = self.column.shape
         self.slot_base = (torch.arange(batch * heads, device=self.device) * slots).view(batch, heads)
+        fixed_address(self.keys, self.values, self.free, *(getattr(self, name) for name in self.slot_tensors))
 
     def _flat(self, slot: torch.Tensor) -> torch.Tensor:
         """[B * H] each head's `slot` ([B, H] or [1]) as a row of its flattened slot buffers ([B * H * slots])."""
