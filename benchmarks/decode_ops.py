@@ -19,17 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cachelimit.bench.gpu_decode import smollm2_shaped  # noqa: E402
-
-VARIANTS = {
-    "unbounded": {"cache_limit": None},
-    "window": {"cache_limit": 64},
-    "window + 4 sinks": {"cache_limit": 64, "num_sink_tokens": 4},
-    **{
-        f"{p} + 4 sinks": {"cache_limit": 64, "num_sink_tokens": 4, "cache_policy": p}
-        for p in ("keydiff", "tova", "snapkv")
-    },
-}
+from cachelimit.bench.gpu_decode import smollm2_shaped, variants  # noqa: E402
 
 
 class OpCounter(TorchDispatchMode):
@@ -57,8 +47,8 @@ def main() -> None:
     model = smollm2_shaped("cpu", torch.float32, positions=4096, **shapes)
     ids = torch.randint(1, 128, (1, 300), generator=torch.Generator().manual_seed(0))
     base = None
-    for name, options in VARIANTS.items():
-        ops = ops_per_step(model, ids, options)
+    for name, options in variants(model, 64, compiled=False).items():  # the GPU check's eager variants, at L = 64
+        ops = ops_per_step(model, ids, options())
         total = sum(ops.values())
         base = base or total
         top = ", ".join(f"{op.removeprefix('aten.')} {count:g}" for op, count in ops.most_common(6))
