@@ -21,6 +21,7 @@ from parameterized import parameterized
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cachelimit import BoundedCache
+from cachelimit.core.scored_layer import ScoredLayer
 from tests.common import build_tiny_model, left_padded_batch
 
 #: ops whose result the host reads back (each one waits for the device)
@@ -106,6 +107,39 @@ class HostSyncTest(unittest.TestCase):
         with mock.patch.object(BoundedCache, "is_generated", return_value=False):  # every step reads its mask
             bounded = syncs(ops_per_step(model, ids, mask, cache_limit=LIMIT)[0][-1])
         self.assertEqual(bounded, loop + 1)
+
+
+class SteadyScoredWritesTest(unittest.TestCase):
+    @parameterized.expand([("keydiff", 4), ("tova", 3), ("snapkv", 3)])
+    def test_a_steady_scored_step_writes_no_slot_flags(self, policy, writes):
+        """The other cost of a host-bound step is its op count (docs/gpu.md: the dispatches, not the syncs). A
+        steady scored step writes its token where a real, unpinned one was evicted, so per layer it writes the key,
+        the value and the column (KeyDiff: and the key's inverse norm), not the realness and sink flags as well. A
+        left-padded batch with sinks gets there once its last pad's slot is freed and flagged (`FREED`); that the
+        kept keys are then the policy's own is the reference tests' part (`tests/test_scored_policy.py`)."""
+        model = build_tiny_model("llama", layers=2)
+        ids, mask = left_padded_batch([10, 3], seed=5)
+        decode, steady = ScoredLayer._decode, []
+
+        def counted(layer, plan, *args):
+            with OpCounter() as counter:
+                result = decode(layer, plan, *args)
+            if plan.steady:
+                steady.append(counter.ops["aten.index_copy_"] + counter.ops["aten.index_fill_"])
+            return result
+
+        with mock.patch.object(ScoredLayer, "_decode", counted), torch.inference_mode():
+            model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=40,
+                do_sample=False,
+                cache_limit=LIMIT,
+                num_sink_tokens=2,
+                cache_policy=policy,
+            )
+        self.assertGreater(len(steady), 40, "too few steady steps to count")
+        self.assertEqual(set(steady), {writes})
 
 
 if __name__ == "__main__":

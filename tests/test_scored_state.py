@@ -12,10 +12,11 @@ from transformers import StoppingCriteria
 
 import cachelimit
 from cachelimit.core.eviction import KeyDiff, SnapKV
-from cachelimit.core.scored import PINNED
 from cachelimit.core.scored_layer import ScoredLayer
 from cachelimit.hf.compat import CACHE_ARGUMENT
 from tests.test_scored_policy import TIE, prompt, tiny_llama
+
+LAST = torch.iinfo(torch.long).max  # sorts an empty slot after every column
 
 LIMIT, SINKS, PROTECTED = 16, 2, 4
 PADS = (0, 5)  # left pads of the two rows
@@ -56,15 +57,20 @@ class EveryStep(StoppingCriteria):
     def check(self, layer: ScoredLayer) -> None:
         evicting = layer.group.rows.cursor > LIMIT
         if layer.order is not None:  # SnapKV: the slots by column, the one the next step writes last
-            column = torch.where(layer.column < 0, PINNED, layer.column)
+            column = torch.where(layer.column < 0, LAST, layer.column)
             if evicting:
-                column = column.scatter(-1, layer.free[..., None], PINNED)
+                column = column.scatter(-1, layer.free[..., None], LAST)
             assert torch.equal(layer.order.slots, column.argsort(dim=-1, stable=True)), f"step {self.steps}"
         if "inverse" not in layer.slot_tensors:
             return
+        held = layer.column >= 0
+        if evicting:  # the free slot holds nothing any more (its flags are those of any free slot)
+            held = held.scatter(-1, layer.free[..., None], False)
         expected = KeyDiff.inverse_norms(layer.keys, layer.real)
-        torch.testing.assert_close(layer.inverse, expected, rtol=1e-6, atol=0, msg=f"step {self.steps}")
-        if evicting and bool(layer.real.all()):  # (while a pad is held, the pad goes: the reference tests' case)
+        torch.testing.assert_close(layer.inverse[held], expected[held], rtol=1e-6, atol=0, msg=f"step {self.steps}")
+        freed = layer.column.gather(-1, layer.free[..., None])[..., 0]
+        freed_real = freed >= torch.tensor(FIRST_REAL)[:, None]  # (the left pads are each row's first columns)
+        if evicting and bool(layer.real.all()) and bool(freed_real.all()):  # (while a pad is held, the pad goes)
             chosen, gap = definition_choice(layer)
             clear = gap > self.tie
             assert torch.equal(layer.free[clear], chosen[clear]), f"step {self.steps}: another key evicted"

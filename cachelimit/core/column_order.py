@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .scored import PINNED
+#: where an empty slot (column -1) sorts: after every column
+AFTER_EVERY_COLUMN = 2**62
 
 
 class ColumnOrder:
@@ -23,7 +24,7 @@ class ColumnOrder:
     def refresh(self, column: torch.Tensor) -> None:
         """Sort the slots by `column` ([B, H, slots]; an empty slot sorts after every column, in slot order, which is
         the order a growing layer fills them in)."""
-        self.slots = torch.where(column < 0, PINNED, column).argsort(dim=-1, stable=True)
+        self.slots = torch.where(column < 0, AFTER_EVERY_COLUMN, column).argsort(dim=-1, stable=True)
         self.others = torch.arange(max(column.shape[-1] - 1, 0), device=column.device)  # positions but the last
 
     def freed(self, slot: torch.Tensor) -> None:

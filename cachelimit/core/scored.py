@@ -24,9 +24,6 @@ from .plan import StepPlan
 from .ring import grown_capacity
 from .rows import ReusedTensors
 
-#: the pin of a slot never evicted (a sink; an empty slot): above any column (`core.scored_layer`)
-PINNED = 2**62
-
 
 @dataclass
 class ScoredRows(ReusedTensors):
@@ -87,7 +84,8 @@ class ScoredPlan(StepPlan):
     evict_after: bool = False  # the layer evicts once the new keys are written (it then holds more than `L`)
     kept: int = 0  # multi-token: held slots read as the past
     new_real: torch.Tensor | None = None  # [B, n]
-    new_pin: torch.Tensor | None = None  # [B, n] the new token's pin: its column, or PINNED for a sink
+    new_sink: torch.Tensor | None = None  # [B, n] whether each new token is a sink (None: a steady step)
+    steady: bool = False  # a decode step into a freed slot with no pad held: its token is real and no sink
     columns: torch.Tensor | None = None  # [n] the new tokens' columns
     protect_from: torch.Tensor | None = None  # [1] keys from this column on are protected after this forward
 
@@ -140,11 +138,13 @@ def plan_decode(policy, rows: ScoredRows, real: torch.Tensor | None) -> ScoredPl
     plan.columns = rows.column_tensor(start)
     plan.protect_from = plan.columns + (1 - policy.protected)
     plan.new_real = real if real is not None else torch.ones_like(positions, dtype=torch.bool)
-    plan.new_pin = torch.where(plan.new_real & (positions < policy.num_sinks), PINNED, plan.columns)
     if real is None and rows.pads_held == 0 and returned == visible:  # every slot read holds a real token
         plan.allowed, plan.reads_every_key = rows.all_true(returned), True
     else:
         plan.allowed = rows.slot_real[:, None, :returned]
+    plan.steady = not growing and plan.reads_every_key
+    if not plan.steady:  # (a steady step's token is no sink: more than L real ones came before it)
+        plan.new_sink = plan.new_real & (positions < policy.num_sinks)
     rows.cursor += 1
     rows.num_real = rows.num_real + (1 if real is None else real[:, 0].long())
     if real is not None:  # read from the mask already: count exactly (the written slots only)
@@ -173,7 +173,7 @@ def plan_forward(policy, rows: ScoredRows, new_real: torch.Tensor, model_mask: b
     plan = ScoredPlan(start, num_new, False, 0, real_index.clamp(min=0), None, model_mask=model_mask)
     plan.evicting, plan.kept, plan.new_real, plan.memo = evicting, kept, new_real, rows.memo
     plan.columns = torch.arange(start, start + num_new, device=device)
-    plan.new_pin = torch.where(new_real & (real_index < policy.num_sinks), PINNED, plan.columns)
+    plan.new_sink = new_real & (real_index < policy.num_sinks)
     plan.protect_from = plan.columns[-1:] + (1 - policy.protected)
     plan.fixed_shapes = rows.fixed_shapes
     candidates = torch.cat([past_real, new_real], dim=1)

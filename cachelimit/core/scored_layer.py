@@ -1,7 +1,7 @@
 """`ScoredLayer`: a bounded layer whose heads each keep the keys their policy scores best (`core.eviction`).
 
 Per KV head it holds up to `L + 1` slots in no order (placement and the shared mask: `core.scored`), and beside each
-slot the column of the token it holds, whether that token is real and whether it may be evicted (`pin`). A decode step writes the
+slot the column of the token it holds, whether that token is real and whether it is `pinned`. A decode step writes the
 new key and value into each head's free slot (a tensor index per head: one scatter, no copy of the cache), returns
 every slot, and, once the layer holds more than `L`, scores the keys and frees the slot of the one to evict: the
 highest eviction score among those neither protected nor sinks, pads before anything real, the most recent position
@@ -20,56 +20,36 @@ from __future__ import annotations
 import torch
 
 from .column_order import ColumnOrder
-from .eviction import QUERY_SCORED, KeyDiff, pooled, working_dtype
+from .eviction import QUERY_SCORED, KeyDiff, pooled
 from .layers import BoundedLayer, contiguous_states
 from .memory import fixed_address
-from .scored import PINNED, ScoredPlan
+from .scored import ScoredPlan
+from .slot_choice import evicted_slot, first_slots, float_workspace
 
 #: per-slot bookkeeping kept beside the keys and values, and its fill value for an empty slot: the column of the
-#: token held, whether it is real, and its `pin` (its column, or PINNED for a sink: a slot whose pin is at least the
-#: first protected column is never evicted, one comparison per step)
-SLOT_TENSORS = {"column": -1, "real": False, "pin": PINNED}
+#: token held, whether it is real, and whether it is `pinned` (never evicted: a sink or an empty slot). A steady decode
+#: step writes its token where a real, unpinned one was evicted, so it writes neither `real` nor `pinned`.
+SLOT_TENSORS = {"column": -1, "real": False, "pinned": True}
+#: the flags of every free slot: those of a slot a real, unpinned token left, so a steady decode step, which writes
+#: no flags, leaves them right (a compaction's spare slot and a pad's freed slot are flagged so; `_free`)
+FREED = {"real": True, "pinned": False}
 #: KeyDiff's too: each key's `KeyDiff.inverse_norms` (0: a pad or an empty slot), in KeyDiff's working dtype
 INVERSE_NORMS = {"inverse": 0.0}
 
 
-def evicted_slot(priority: torch.Tensor, column: torch.Tensor, pads: bool = True) -> torch.Tensor:
-    """[B, H] the slot to free: the highest eviction priority; among equal ones the most recent column (the rule
-    a compaction follows too: the older is kept), and among pads (+inf) the lowest slot, as every head of the row
-    has its pads in the same slots (`core.scored`). `pads=False`: no slot holds a pad (a steady step)."""
-    top = priority.amax(-1, keepdim=True)
-    tie = column[..., : priority.shape[-1]]
-    if pads:
-        slots = torch.arange(priority.shape[-1], device=priority.device)
-        tie = torch.where(top == float("inf"), -slots, tie)
-    return torch.where(priority == top, tie, torch.iinfo(tie.dtype).min).argmax(-1)
-
-
-def float_workspace(memo: dict, keys: torch.Tensor) -> torch.Tensor | None:
-    """A float32 tensor of the shape of a steady step's half-precision `keys`, kept in the group's `memo` and shared
-    by its layers (they run one after another), for KeyDiff to convert the keys into; None for float32 keys, or
-    inside a compiled graph, which plans its own buffers."""
-    work = working_dtype(keys.dtype)
-    if work == keys.dtype or torch.compiler.is_compiling():
-        return None
-    key = ("float_keys", tuple(keys.shape), keys.device)
-    if key not in memo:
-        memo[key] = torch.empty(keys.shape, dtype=work, device=keys.device)
-    return memo[key]
-
-
 class ScoredLayer(BoundedLayer):
     """One decoder layer of a scored group: keys and values [B, H, slots, d] plus, per slot, `column` (-1: empty),
-    `real` and `pin`; `free` [B, H] is the slot each head's next decode step writes."""
+    `real` and `pinned`; `free` [B, H] is the slot each head's next decode step writes."""
 
     def __init__(self, group):
         super().__init__(group)
-        self.column = self.real = self.pin = self.free = self.inverse = None
+        self.column = self.real = self.pinned = self.free = self.inverse = None
         #: a query-scored policy's eviction, waiting for the attention call's scores (`settle_scores`)
         self.pending: tuple[ScoredPlan, dict] | None = None
         self.slot_tensors = dict(SLOT_TENSORS) | (INVERSE_NORMS if isinstance(group.policy.spec, KeyDiff) else {})
         self.order: ColumnOrder | None = None  # SnapKV's slots in column order, kept across decode steps
         self.slot_base: torch.Tensor | None = None  # [B, H] each head's first slot in the flattened buffers
+        self.slot_rows: dict[str, torch.Tensor] = {}  # each buffer flattened to rows of slots (`_rebuilt`)
 
     @property
     def needs_query(self) -> bool:
@@ -115,11 +95,24 @@ class ScoredLayer(BoundedLayer):
             self.order.refresh(self.column)
         batch, heads, slots = self.column.shape
         self.slot_base = (torch.arange(batch * heads, device=self.device) * slots).view(batch, heads)
+        self.slot_rows = {}  # each buffer as rows of its slots ([B * H * slots, d] or [B * H * slots]), made once
+        for name in ("keys", "values", *self.slot_tensors):
+            buffer = getattr(self, name).contiguous()  # a decode step's write must land in the buffer itself
+            setattr(self, name, buffer)
+            self.slot_rows[name] = buffer.view(-1, buffer.shape[-1]) if buffer.dim() == 4 else buffer.view(-1)
         fixed_address(self.keys, self.values, self.free, *(getattr(self, name) for name in self.slot_tensors))
 
     def _flat(self, slot: torch.Tensor) -> torch.Tensor:
         """[B * H] each head's `slot` ([B, H] or [1]) as a row of its flattened slot buffers ([B * H * slots])."""
         return (self.slot_base + slot).view(-1)
+
+    def _slot_rows(self, name: str) -> torch.Tensor:
+        """Buffer `name` as rows of its slots, to write by flat slot index: the view `_rebuilt` made, or a fresh one
+        inside a compiled graph (which takes the buffers, not views of them kept aside)."""
+        if not torch.compiler.is_compiling():
+            return self.slot_rows[name]
+        buffer = getattr(self, name)
+        return buffer.view(-1, *buffer.shape[3:])
 
     def _write(self, plan: ScoredPlan, key_states: torch.Tensor, value_states: torch.Tensor):
         if self.pending is not None:
@@ -136,47 +129,50 @@ class ScoredLayer(BoundedLayer):
             return self._decode(plan, key_states, value_states)
         return self._forward(plan, key_states, value_states)
 
-    def _new_slots(self, plan: ScoredPlan, key_states, value_states) -> dict[str, torch.Tensor]:
-        """What the new tokens put in their slots: keys, values and, per head, their column, realness and pin (and
-        for KeyDiff their inverse norms)."""
+    def _new_slots(self, plan: ScoredPlan, key_states, value_states, steady: bool = False) -> dict[str, torch.Tensor]:
+        """What the new tokens put in their slots: keys, values and, per head, their column, realness and whether
+        they are pinned (and for KeyDiff their inverse norms). `steady`: a steady decode step, whose token is real
+        and no sink, written where a real, unpinned token was: `real` and `pinned` hold already."""
         batch, heads, num_new = key_states.shape[:3]
-        new = {
-            "keys": key_states,
-            "values": value_states,
-            "column": plan.columns.expand(batch, heads, num_new),
-            "real": plan.new_real[:, None, :].expand(-1, heads, -1),
-            "pin": plan.new_pin[:, None, :].expand(-1, heads, -1),
-        }
+        new = {"keys": key_states, "values": value_states, "column": plan.columns.expand(batch, heads, num_new)}
+        if not steady:
+            new["real"] = plan.new_real[:, None, :].expand(-1, heads, -1)
+            new["pinned"] = plan.new_sink[:, None, :].expand(-1, heads, -1)
         if "inverse" in self.slot_tensors:
             new["inverse"] = KeyDiff.inverse_norms(key_states, None if plan.reads_every_key else new["real"])
         return new
 
     def _decode(self, plan: ScoredPlan, key_states, value_states):
-        new = self._new_slots(plan, key_states, value_states)
+        new = self._new_slots(plan, key_states, value_states, steady=plan.steady)
         flat = self._flat(self.free if plan.evicting else plan.write_index)  # each head's free slot, or the next
         for name, states in new.items():
-            target = getattr(self, name)
-            if not target.is_contiguous():  # a view of the flattened buffer must write into the buffer itself
-                target = target.contiguous()
-                setattr(self, name, target)
-            width = target.shape[-1] if target.dim() == 4 else 1
-            target.view(-1, width).index_copy_(0, flat, states.to(target.dtype).reshape(flat.shape[0], width))
+            rows = self._slot_rows(name)
+            if states.dtype != rows.dtype:
+                states = states.to(rows.dtype)
+            rows.index_copy_(0, flat, states.reshape(-1, *rows.shape[1:]))
         keys, values = self.keys, self.values
         if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
             keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
         if plan.evict_after:
-            held = {"keys": keys, "column": self.column[..., : plan.returned], "real": self.real, "pin": self.pin}
+            held = {"keys": keys, "column": first_slots(self.column, plan.returned), "real": self.real}
+            held["pinned"] = self.pinned
             if "inverse" in self.slot_tensors:
-                held["inverse"] = self.inverse[..., : plan.returned]
+                held["inverse"] = first_slots(self.inverse, plan.returned)
             if self.needs_query:
                 self.pending = (plan, held)
             else:
-                self._free(plan, evicted_slot(self._priority(plan, held), held["column"], not plan.reads_every_key))
+                self._free(plan, self._priority(plan, held), held["column"])
         return keys, values
 
-    def _free(self, plan: ScoredPlan, slot: torch.Tensor) -> None:
-        """A decode step's eviction: each head's `slot` ([B, H]) is the one its next step writes."""
-        self.free.copy_(slot)
+    def _free(self, plan: ScoredPlan, priority: torch.Tensor, column: torch.Tensor) -> None:
+        """A decode step's eviction: each head's slot to evict (`evicted_slot`) is the one its next step writes,
+        chosen straight into `free` (its address stays the one a compiled step was given). Where it may have been a
+        pad's, its flags become `FREED`."""
+        evicted_slot(priority, column, not plan.reads_every_key, out=self.free)
+        if not plan.reads_every_key:
+            flat = self._flat(self.free)
+            for name, flag in FREED.items():
+                self._slot_rows(name).index_fill_(0, flat, flag)
         if self.order is not None:
             self.order.freed(self.free)
 
@@ -189,10 +185,10 @@ class ScoredLayer(BoundedLayer):
         if order is not None and order.shape[-1] != scores.shape[-1]:
             order = None  # (every evicting decode step scores all the slots the order covers)
         kernel = getattr(self.group.policy.spec, "kernel", 1)
-        scores = pooled(scores, held["column"][..., : scores.shape[-1]], kernel, order)
+        scores = pooled(scores, first_slots(held["column"], scores.shape[-1]), kernel, order)
         if plan.decode:
             priority = self._priority(plan, held, scores)
-            self._free(plan, evicted_slot(priority, held["column"], not plan.reads_every_key))
+            self._free(plan, priority, held["column"])
         else:
             self._compact(plan, held, scores)
 
@@ -202,15 +198,19 @@ class ScoredLayer(BoundedLayer):
         keys, column = held["keys"], held["column"]
         width = keys.shape[-2]
         every_real = plan.reads_every_key  # a steady step: every slot holds a real token
-        real, pin = held["real"][..., :width], held["pin"][..., :width]
+        pinned, column = first_slots(held["pinned"], width), first_slots(column, width)
         if attention is None:
-            inverse = held["inverse"][..., :width] if "inverse" in held else None
+            inverse = first_slots(held["inverse"], width) if "inverse" in held else None
             workspace = float_workspace(plan.memo, keys) if every_real else None
-            scores = self.group.policy.spec.eviction_scores(keys, None if every_real else real, inverse, workspace)
+            real = None if every_real else first_slots(held["real"], width)
+            scores = self.group.policy.spec.eviction_scores(keys, real, inverse, workspace)
         else:
             scores = -attention
-        scores = scores.masked_fill_(pin >= plan.protect_from, float("-inf"))  # a fresh tensor: filled in place
-        return scores if every_real else scores.masked_fill_(~real & (column >= 0), float("inf"))
+        never = (column >= plan.protect_from) | pinned  # protected or pinned
+        scores = scores.masked_fill_(never, float("-inf"))  # a fresh tensor: filled in place
+        if every_real:
+            return scores
+        return scores.masked_fill_(~first_slots(held["real"], width) & (column >= 0), float("inf"))
 
     def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
         """The held slots a multi-token forward reads as its past: all but each head's free slot."""
@@ -253,7 +253,7 @@ class ScoredLayer(BoundedLayer):
 
     def _compact(self, plan: ScoredPlan, every: dict, attention=None) -> None:
         """Keep the `L` candidates of lowest eviction priority (a stable sort: the earlier first among equals), in
-        their old order; slot `L` is the free one."""
+        their old order; slot `L` is the free one, flagged as one a real, unpinned token left (`FREED`)."""
         limit = self.group.policy.limit
         by_column = every["column"].argsort(-1)  # equal priorities: the older kept (a stable sort from column order)
         priority = self._priority(plan, every, attention).gather(-1, by_column)
@@ -261,7 +261,7 @@ class ScoredLayer(BoundedLayer):
         for name, tensor in every.items():
             index = keep if tensor.dim() == 3 else keep[..., None].expand(-1, -1, -1, tensor.shape[-1])
             kept = tensor.gather(2, index)
-            spare = torch.full_like(kept[:, :, :1], self.slot_tensors.get(name, 0))
+            spare = torch.full_like(kept[:, :, :1], FREED.get(name, self.slot_tensors.get(name, 0)))
             setattr(self, name, torch.cat([kept, spare], dim=2))
         self.free = torch.full_like(self.free, limit)
         self._rebuilt()
@@ -295,5 +295,6 @@ class ScoredLayer(BoundedLayer):
 
     def reset(self) -> None:
         super().reset()
-        self.column = self.real = self.pin = self.free = self.inverse = None
+        self.column = self.real = self.pinned = self.free = self.inverse = None
         self.pending = self.order = self.slot_base = None
+        self.slot_rows = {}

@@ -103,13 +103,18 @@ def one_query(query, key, value, visible, scaling: float):
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     work = working_dtype(query.dtype)
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, dim).to(work) * scaling
-    logits = grouped @ key.to(work).transpose(-1, -2)  # [B, H_kv, G, K]
+    grouped = as_dtype(query.reshape(batch, kv_heads, heads // kv_heads, dim), work) * scaling
+    logits = grouped @ as_dtype(key, work).transpose(-1, -2)  # [B, H_kv, G, K]
     if visible is not None:
         logits = logits.masked_fill(~visible[:, None], float("-inf"))
     probabilities = logits.softmax(-1)
-    output = (probabilities @ value.to(work)).to(value.dtype).reshape(batch, heads, 1, value.shape[-1])
+    output = as_dtype(probabilities @ as_dtype(value, work), value.dtype).reshape(batch, heads, 1, value.shape[-1])
     return output.transpose(1, 2), probabilities.mean(-2)
+
+
+def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor` in `dtype`, with no op dispatched when it is in it already (a host-bound step pays for each op)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 @contextlib.contextmanager
