@@ -11,7 +11,9 @@ import torch
 from .eviction import working_dtype
 
 
-def evicted_slot(priority: torch.Tensor, column: torch.Tensor, pads: bool = True, out=None) -> torch.Tensor:
+def evicted_slot(
+    priority: torch.Tensor, column: torch.Tensor, pads: bool = True, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """[B, H] the slot to free: the highest eviction priority; among equal ones the most recent column (the rule
     a compaction follows too: the older is kept), and among pads (+inf) the lowest slot, as every head of the row
     has its pads in the same slots (`core.scored`). `pads=False`: no slot holds a pad (a steady step). `out`: a
