@@ -126,28 +126,11 @@ class BoundedCache(Cache):
     def fit(self, model, groups: list[LayerGroup], layers: list, recurrent_kinds: tuple[str, ...] = ()) -> None:
         """Give the cache `model`'s layers (a `BoundedLayer` of one of `groups` per attention layer, transformers'
         own layer object for any other: `recurrent_kinds` are their layer types that take a mask) and record the
-        model: its keys are that model's, so it continues only there (`check_owner`). Only a weak reference: a cache
-        never keeps a model alive."""
+        model: its keys are that model's, so it continues only there (`hf.continuation.check_owner`). Only a weak
+        reference: a cache never keeps a model alive."""
         self.groups, self.layers, self.recurrent_kinds = groups, layers, recurrent_kinds
         self.owner = weakref.ref(model)
         self._rotates_sinks = any(group.rotates_sinks for group in groups)
-
-    def check_owner(self, model) -> None:
-        """Refuse (ValueError) a model other than the one this cache was fitted to: other weights give other keys
-        for the same tokens, other shapes fail inside the forward."""
-        owner = None if self.owner is None else self.owner()
-        if owner is model:
-            return
-        if owner is None:
-            raise ValueError(
-                "`past_key_values` was built for or filled by another model, which no longer exists: continue a "
-                "cache only on the model that filled it (or start a new generation)."
-            )
-        raise ValueError(
-            f"`past_key_values` was built for or filled by another model ({type(owner).__name__} at {id(owner):#x}), "
-            f"not this {type(model).__name__} at {id(model):#x}: continue a cache only on the model that filled it "
-            "(its keys and values are that model's)."
-        )
 
     @property
     def bounded_layers(self) -> list[BoundedLayer]:

@@ -1,7 +1,7 @@
 """A `BoundedCache` handed to `generate`: continue it only where that is exact, fit it if it is fresh.
 
 A returned cache (`return_dict_in_generate=True`) continues exactly as one long call would, but only on the model
-that filled it (the same object, in the same dtype: `BoundedCache.check_owner`), only if its last forward finished,
+that filled it (the same object, in the same dtype: `check_owner`), only if its last forward finished,
 and only with inputs that extend what it has seen. A fresh cache built by hand (`BoundedCache(limit, sinks)`, or by a
 registered cache factory) is fitted to the model here, as `generate` would build it.
 """
@@ -37,9 +37,27 @@ def given_cache(
         )
     if not cache.fitted:  # built by hand: it belongs to the first model it runs on
         fit(cache, model, request, rotary, rotary_layers)
-    cache.check_owner(model)
+    check_owner(cache, model)
     check_continuation(model, cache, width)
     return cache
+
+
+def check_owner(cache: BoundedCache, model) -> None:
+    """Refuse (ValueError) a model other than the one `cache` was fitted to: other weights give other keys for the
+    same tokens, other shapes fail inside the forward."""
+    owner = None if cache.owner is None else cache.owner()
+    if owner is model:
+        return
+    if owner is None:
+        raise ValueError(
+            "`past_key_values` was built for or filled by another model, which no longer exists: continue a "
+            "cache only on the model that filled it (or start a new generation)."
+        )
+    raise ValueError(
+        f"`past_key_values` was built for or filled by another model ({type(owner).__name__} at {id(owner):#x}), "
+        f"not this {type(model).__name__} at {id(model):#x}: continue a cache only on the model that filled it "
+        "(its keys and values are that model's)."
+    )
 
 
 def check_continuation(model, cache: BoundedCache, width: int | None) -> None:
