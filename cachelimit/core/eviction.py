@@ -33,6 +33,12 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor` in `dtype`, with no op dispatched when it is in it already (a host-bound decode step pays for each
+    op it dispatches: a scored step's slot writes, its one-query attention)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
 @dataclass(frozen=True)
 class KeyDiff:
     """KeyDiff (Park et al., arXiv 2504.15364): evict the key least distinct from the others.

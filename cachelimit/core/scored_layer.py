@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .column_order import ColumnOrder
-from .eviction import QUERY_SCORED, KeyDiff, pooled
+from .eviction import QUERY_SCORED, KeyDiff, as_dtype, pooled
 from .layers import BoundedLayer, contiguous_states
 from .memory import fixed_address
 from .scored import ScoredPlan
@@ -147,15 +147,13 @@ class ScoredLayer(BoundedLayer):
         flat = self._flat(self.free if plan.evicting else plan.write_index)  # each head's free slot, or the next
         for name, states in new.items():
             rows = self._slot_rows(name)
-            if states.dtype != rows.dtype:
-                states = states.to(rows.dtype)
-            rows.index_copy_(0, flat, states.reshape(-1, *rows.shape[1:]))
+            rows.index_copy_(0, flat, as_dtype(states, rows.dtype).reshape(-1, *rows.shape[1:]))
         keys, values = self.keys, self.values
         if keys.shape[-2] != plan.returned:  # a growing layer returns the slots written so far
             keys, values = keys[:, :, : plan.returned], values[:, :, : plan.returned]
         if plan.evict_after:
-            held = {"keys": keys, "column": first_slots(self.column, plan.returned), "real": self.real}
-            held["pinned"] = self.pinned
+            column = first_slots(self.column, plan.returned)
+            held = {"keys": keys, "column": column, "real": self.real, "pinned": self.pinned}
             if "inverse" in self.slot_tensors:
                 held["inverse"] = first_slots(self.inverse, plan.returned)
             if self.needs_query:
@@ -199,18 +197,16 @@ class ScoredLayer(BoundedLayer):
         width = keys.shape[-2]
         every_real = plan.reads_every_key  # a steady step: every slot holds a real token
         pinned, column = first_slots(held["pinned"], width), first_slots(column, width)
+        real = None if every_real else first_slots(held["real"], width)
         if attention is None:
             inverse = first_slots(held["inverse"], width) if "inverse" in held else None
             workspace = float_workspace(plan.memo, keys) if every_real else None
-            real = None if every_real else first_slots(held["real"], width)
             scores = self.group.policy.spec.eviction_scores(keys, real, inverse, workspace)
         else:
             scores = -attention
         never = (column >= plan.protect_from) | pinned  # protected or pinned
         scores = scores.masked_fill_(never, float("-inf"))  # a fresh tensor: filled in place
-        if every_real:
-            return scores
-        return scores.masked_fill_(~first_slots(held["real"], width) & (column >= 0), float("inf"))
+        return scores if real is None else scores.masked_fill_(~real & (column >= 0), float("inf"))
 
     def _past(self, plan: ScoredPlan) -> dict[str, torch.Tensor]:
         """The held slots a multi-token forward reads as its past: all but each head's free slot."""

@@ -24,7 +24,7 @@ import torch
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from ..core.cache import BoundedCache
-from ..core.eviction import attention_scores, working_dtype
+from ..core.eviction import as_dtype, attention_scores, working_dtype
 from ..core.scored_layer import ScoredLayer
 
 #: the attribute that ties an attention module to the scored layer of the running cache
@@ -110,11 +110,6 @@ def one_query(query, key, value, visible, scaling: float):
     probabilities = logits.softmax(-1)
     output = as_dtype(probabilities @ as_dtype(value, work), value.dtype).reshape(batch, heads, 1, value.shape[-1])
     return output.transpose(1, 2), probabilities.mean(-2)
-
-
-def as_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`tensor` in `dtype`, with no op dispatched when it is in it already (a host-bound step pays for each op)."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 @contextlib.contextmanager
