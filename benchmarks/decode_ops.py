@@ -15,21 +15,11 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cachelimit.bench.gpu_decode import smollm2_shaped, variants  # noqa: E402
-
-
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.counts = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
+from cachelimit.bench.op_count import OpCounter  # noqa: E402
 
 
 def ops_per_step(model, ids, options: dict, short: int = 10, long: int = 20) -> collections.Counter:
@@ -38,7 +28,7 @@ def ops_per_step(model, ids, options: dict, short: int = 10, long: int = 20) -> 
     for new in (short, long):
         with OpCounter() as counter, torch.inference_mode():
             model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False, **options)
-        counted.append(counter.counts)
+        counted.append(counter.ops)
     return collections.Counter({op: (counted[1][op] - counted[0][op]) / (long - short) for op in counted[1]})
 
 

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from cachelimit.bench.alternate import Measurement
 
 PROMPT, LIMIT, SINKS, EXTRA = 32, 64, 4, 40
-SYNC_OPS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten.nonzero", "aten.equal")
 
 
 def variants(model) -> dict:
@@ -66,26 +65,16 @@ def generate(model, ids, steps: int, arguments: dict) -> None:
 
 def count_ops(model, ids, steps: int, arguments: dict) -> dict:
     """The median aten ops and host syncs per step over the last `steps` decode steps (eager only: exact counts)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from cachelimit.bench.op_count import OpCounter, syncs
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops, self.syncs, self.marks = 0, 0, []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += 1
-            self.syncs += str(func.overloadpacket) in SYNC_OPS
-            return func(*args, **(kwargs or {}))
-
-    counter = Ops()
-    handle = model.register_forward_pre_hook(lambda *_: counter.marks.append((counter.ops, counter.syncs)))
+    counter, marks = OpCounter(), []
+    handle = model.register_forward_pre_hook(lambda *_: marks.append((counter.total(), syncs(counter.ops))))
     try:
         with counter:
             generate(model, ids, steps, arguments)
     finally:
         handle.remove()
-    marks = counter.marks[-steps - 1 :]
+    marks = marks[-steps - 1 :]
     pairs = list(zip(marks, marks[1:], strict=False))
     return {
         "ops_per_step": statistics.median(b[0] - a[0] for a, b in pairs),

@@ -23,10 +23,10 @@ import pytest
 import torch
 from parameterized import parameterized
 from torch.profiler import ProfilerActivity, profile
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import CompileConfig, StoppingCriteria, StoppingCriteriaList
 
 from cachelimit import BoundedCache
+from cachelimit.bench.op_count import OpCounter
 from cachelimit.hf.compat import CACHE_ARGUMENT
 from tests.common import build_tiny_model, left_padded_batch
 
@@ -208,16 +208,6 @@ class CompiledDecodeTest(unittest.TestCase):
             handle.remove()
 
 
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-
 class EagerPlanningTest(unittest.TestCase):
     def test_sinks_add_no_eager_rotation_before_a_compileable_decode_step(self):
         """The sinks of a cache that may be compiled are rotated in the forward (inside the graph when it is compiled:
@@ -234,7 +224,7 @@ class EagerPlanningTest(unittest.TestCase):
             def counted(new_real, begin_step=begin_step, counts=counts):
                 with OpCounter() as counter:
                     plan = begin_step(new_real)
-                counts.append(counter.ops)
+                counts.append(counter.total())
                 return plan
 
             cache.begin_step = counted

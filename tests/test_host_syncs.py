@@ -18,31 +18,13 @@ from unittest import mock
 
 import torch
 from parameterized import parameterized
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from cachelimit import BoundedCache
+from cachelimit.bench.op_count import OpCounter, syncs
 from cachelimit.core.scored_layer import ScoredLayer
 from tests.common import build_tiny_model, left_padded_batch
 
-#: ops whose result the host reads back (each one waits for the device)
-SYNC_OPS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten.nonzero", "aten.equal")
 STEPS, WARM_UP, LIMIT = 100, 24, 8
-
-
-class OpCounter(TorchDispatchMode):
-    """Counts every aten op by name while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: collections.Counter = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
-
-
-def syncs(ops: collections.Counter) -> int:
-    return sum(count for name, count in ops.items() if name in SYNC_OPS)
 
 
 def ops_per_step(model, ids, mask, **options) -> tuple[list[collections.Counter], list[collections.Counter]]:
