@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cachelimit.bench.recall_oracle import OracleCache, oracle_generate  # noqa: E402
-from cachelimit.bench.recall_prompts import HEADER, pass_key_prompt, score_answer  # noqa: E402
+from cachelimit.bench.recall_prompts import pass_key_header_length, pass_key_prompt, score_answer  # noqa: E402
 from cachelimit.cli.pretrained import load_pretrained  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     model, tokenizer = load_pretrained("smollm2", dtype=torch.float32)
-    header = len(tokenizer(HEADER, add_special_tokens=False)["input_ids"])
+    header = pass_key_header_length(tokenizer)
     for sinks in (4, header):
         hits = 0
         for trial in range(args.trials):

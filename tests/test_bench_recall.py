@@ -17,6 +17,7 @@ from cachelimit.bench.recall_prompts import (
     PASS_KEY_NEEDLE,
     PASS_KEY_QUESTION,
     fact_span,
+    pass_key_header_length,
     pass_key_prompt,
     score_answer,
     text_prompt,
@@ -88,6 +89,7 @@ def test_the_pass_key_sits_at_its_depth_in_a_prompt_of_the_length_asked(length, 
     haystack = length - len(question) - len(header) - (end - start)  # the filler's tokens
     assert start - len(header) == round(depth * haystack)  # the needle's depth in the filler
     assert prompt.ids[: len(header)] == header and prompt.ids[-len(question) :] == question
+    assert pass_key_header_length(TOKENIZER) == len(header)  # what the header probe keeps as sinks
     assert TOKENIZER.decode(prompt.ids[start:end]) == PASS_KEY_NEEDLE.format(key=prompt.key)
     assert (FILLER * 100).startswith(TOKENIZER.decode(prompt.ids[len(header) : start]))  # filler up to the needle
     assert len(prompt.key) == 5 and prompt.key.isdigit()

@@ -88,6 +88,12 @@ def pass_key_prompt(tokenizer, length: int, depth: float, seed: int, trial: int)
     return Prompt(prompt.ids, key, prompt.needle)
 
 
+def pass_key_header_length(tokenizer) -> int:
+    """How many tokens open every pass-key prompt before its filler (the BOS, if any, and the header): what a run
+    keeps as sinks to keep the instruction (`benchmarks/recall_header_probe.py`)."""
+    return len(_bos(tokenizer)) + len(_tokens(tokenizer, HEADER))
+
+
 def text_prompt(tokenizer, text_ids: list[int], length: int, depth: float, seed: int, trial: int) -> Prompt:
     """A needle in real text: `text_ids` (the tokenised default text) from an offset drawn per trial."""
     key, generator = trial_key(seed, "text", length, depth, trial)
