@@ -8,7 +8,8 @@ sinks, trial, key, the greedy answer, right or wrong; then the hits per setting.
 
     python benchmarks/recall_header_probe.py --trials 8
 
-SmolLM2-135M-Instruct, float32, one thread. Nothing here is timed.
+SmolLM2-135M-Instruct (or `--model`, loaded as `bench --recall` loads it), float32, one thread. Nothing here is
+timed.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cachelimit.bench.recall import MODELS, load_model  # noqa: E402
 from cachelimit.bench.recall_oracle import OracleCache, oracle_generate  # noqa: E402
 from cachelimit.bench.recall_prompts import pass_key_header_length, pass_key_prompt, score_answer  # noqa: E402
-from cachelimit.cli.pretrained import load_pretrained  # noqa: E402
 
 
 def main() -> None:
@@ -33,9 +34,10 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=50, help="needle depth in %% (default: 50)")
     parser.add_argument("--limit", type=int, default=256)
     parser.add_argument("--chunk", type=int, default=256)
+    parser.add_argument("--model", choices=MODELS, default="smollm2", help="as `bench --recall` (default: smollm2)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model, tokenizer = load_pretrained("smollm2", dtype=torch.float32)
+    model, tokenizer = load_model(args.model, "float32")  # as `bench --recall` loads it
     header = pass_key_header_length(tokenizer)
     for sinks in (4, header):
         hits = 0

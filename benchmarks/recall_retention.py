@@ -8,20 +8,23 @@ share of the key's digit tokens held and the share of heads that hold all of the
 
     python benchmarks/recall_retention.py --depths 10,50,90 --trials 3 --out docs/recall/retention.md
 
-SmolLM2-135M-Instruct, float32, one thread. Nothing here is timed.
+SmolLM2-135M-Instruct (or `--model`, loaded as `bench --recall` loads it), float32, one thread. Nothing here is
+timed.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
-import cachelimit
-from cachelimit.bench.recall_prompts import pass_key_prompt, score_answer
-from cachelimit.cli.pretrained import load_pretrained
-from cachelimit.core.scored_layer import ScoredLayer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cachelimit.bench.recall import MODELS, load_model  # noqa: E402
+from cachelimit.bench.recall_prompts import pass_key_prompt, score_answer  # noqa: E402
+from cachelimit.core.scored_layer import ScoredLayer  # noqa: E402
 
 POLICIES = ("keydiff", "tova", "snapkv")
 
@@ -55,10 +58,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=256, help="cache_limit (default: 256)")
     parser.add_argument("--chunk", type=int, default=256, help="prefill_chunk_size of the chunked read (default: 256)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
+    parser.add_argument("--model", choices=MODELS, default="smollm2", help="as `bench --recall` (default: smollm2)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model, tokenizer = load_pretrained("smollm2", dtype=torch.float32)
-    cachelimit.patch("llama")
+    model, tokenizer = load_model(args.model, "float32")  # patched, as `bench --recall` loads it
     header = "| depth | read | " + " | ".join(f"{p}: digits held / heads with all / right" for p in POLICIES) + " |"
     lines = [header, "|" + "---|" * (len(POLICIES) + 2)]
     for depth in (int(part) for part in args.depths.split(",")):
