@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cachelimit.bench.recall import MODELS, load_model  # noqa: E402
 from cachelimit.bench.recall_prompts import pass_key_prompt, score_answer  # noqa: E402
 from cachelimit.core.scored_layer import ScoredLayer  # noqa: E402
+from cachelimit.hf.compat import output_cache  # noqa: E402
 
 POLICIES = ("keydiff", "tova", "snapkv")
 
@@ -37,7 +38,7 @@ def held_digits(model, tokenizer, prompt, policy: str, limit: int, chunk: int | 
         ids, attention_mask=torch.ones_like(ids), cache_limit=limit, num_sink_tokens=4, cache_policy=policy,
         prefill_chunk_size=chunk, max_new_tokens=10, do_sample=False, return_dict_in_generate=True,
     )  # fmt: skip
-    cache = getattr(out, "cache", None) or out.past_key_values
+    cache = output_cache(out)
     wanted = torch.tensor(digits)
     shares = torch.stack(
         [
