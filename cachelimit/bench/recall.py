@@ -22,10 +22,10 @@ from pathlib import Path
 
 from ..cli.flag_types import MAX_SEED, int_in_range
 from .arguments import OneLineErrors, count, count_or_all, int_list, threads
+from .recall_coverage import BUDGETS, CHAT_GAPS, DEPTHS, KEYS_PER_CELL, LENGTHS, PREFILLS
 
 CASES = ("passkey", "text", "chat", "ppl")
 MODELS = ("smollm2", "gemma3", "tiny")
-PREFILLS = ("whole", "chunked")
 JOURNAL = "recall_trials.jsonl"
 #: the record fields that make a trial what it is (its resume key)
 TRIAL_FIELDS = (
@@ -66,14 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--cases", type=names(CASES), default=list(CASES), help=f"(default: {','.join(CASES)})")
-    add("--lengths", type=int_list, default=[1024, 2048, 4096], help="prompt tokens (default: 1024,2048,4096)")
-    add("--depths", type=percents, default=[10, 50, 90], help="needle depth, %% of the prompt (default: 10,50,90)")
-    add("--n", type=count(), default=20, help="trials (keys) per cell (default: 20)")
-    add("--budgets", type=int_list, default=[64, 128, 256, 512, 1024], help="cache limits (default: 64,...,1024)")
+    add("--lengths", type=int_list, default=list(LENGTHS), help="prompt tokens (default: 1024,2048,4096)")
+    add("--depths", type=percents, default=list(DEPTHS), help="needle depth, %% of the prompt (default: 10,50,90)")
+    add("--n", type=count(), default=KEYS_PER_CELL, help="trials (keys) per cell (default: 20)")
+    add("--budgets", type=int_list, default=list(BUDGETS), help="cache limits (default: 64,...,1024)")
     add("--variants", type=names(tuple(VARIANTS)), default=list(VARIANTS), help=f"(default: {','.join(VARIANTS)})")
     add("--prefill", type=names(PREFILLS), default=list(PREFILLS), help="whole, chunked or both (default: both)")
     add("--chunk", type=count(), default=256, help="prefill_chunk_size of the chunked reads (default: 256)")
-    add("--chat-gaps", type=int_list, default=[1024, 2048, 4096], help="chat: tokens of other turns between the "
+    add("--chat-gaps", type=int_list, default=list(CHAT_GAPS), help="chat: tokens of other turns between the "
         "fact and the question (default: 1024,2048,4096)")  # fmt: skip
     add("--turn-tokens", type=count(), default=256, help="chat: tokens of each other turn's message (default: 256)")
     add("--turn-answer-tokens", type=count(), default=16, help="chat: new tokens per other turn (default: 16)")
