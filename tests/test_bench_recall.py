@@ -330,7 +330,7 @@ def test_coverage_counts_the_grids_cells_with_20_keys_each():
     chat = _grid_records("smollm2", "chat", 2048, "chunked")
     assert _coverage_of(chat)[("chat", 2048)] == {"whole": (0, 31), "chunked": (30, 30)}
     assert len(_coverage_of([])) == 9 and len(_coverage_of([], "gemma3")) == 6  # a base model: no chat case
-    table = recall_coverage.coverage_table(whole + chat, ["smollm2"], recall_report.MODEL_NAMES)
+    table = recall_coverage.coverage_table({"smollm2": whole + chat}, recall_report.MODEL_NAMES)
     assert "| SmolLM2-135M-Instruct | pass key | 1,024 | 93/93 | 0/90 |" in table
     whole_cells, chunked_cells = 6 * 93 + 3 * 31, 6 * 90 + 3 * 30  # pass key and text at 3 lengths, chat at 3 gaps
     assert f"| all | | | 93/{whole_cells} | 30/{chunked_cells} |" in table

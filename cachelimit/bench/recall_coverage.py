@@ -38,36 +38,35 @@ def grid_cells(case: str, prefill: str) -> list[tuple]:
 
 
 def _counts(records) -> Counter:
-    """Trials with a verdict per cell; a `--protected` run is not the policy's default, so not the grid's."""
+    """Trials with a verdict per cell (of one model's records); a `--protected` run is not the policy's default, so
+    not the grid's."""
     counts: Counter = Counter()
     for r in records:
         if r["case"] in CASE_NAMES and r.get("correct") is not None and r.get("protected") is None:
             prefill = "whole" if r["variant"] == "unbounded" else r["prefill"]
-            counts[
-                (r.get("model") or "smollm2", r["case"], r["length"], prefill, r["depth"], r["variant"], r["budget"])
-            ] += 1
+            counts[(r["case"], r["length"], prefill, r["depth"], r["variant"], r["budget"])] += 1
     return counts
 
 
 def coverage(records, model: str) -> list[tuple[str, int, dict[str, tuple[int, int]]]]:
-    """Per (case, length): {prefill: (cells with at least 20 keys, cells in the grid)}."""
+    """Per (case, length) of `model`'s grid, from its records: {prefill: (cells with at least 20 keys, grid cells)}."""
     counts, rows = _counts(records), []
     for case in _cases(model):
         for length in CHAT_GAPS if case == "chat" else LENGTHS:
             done = {}
             for prefill in PREFILLS:
                 cells = grid_cells(case, prefill)
-                full = sum(counts[(model, case, length, prefill, *cell)] >= KEYS_PER_CELL for cell in cells)
+                full = sum(counts[(case, length, prefill, *cell)] >= KEYS_PER_CELL for cell in cells)
                 done[prefill] = (full, len(cells))
             rows.append((case, length, done))
     return rows
 
 
-def coverage_table(records, models, names: dict[str, str]) -> str:
+def coverage_table(records_by_model: dict[str, list], names: dict[str, str]) -> str:
     """A markdown table: cells run (n >= 20) of the grid's cells, per model, prompt kind and read; totals last."""
     lines = ["| model | case | length | read whole | read in chunks |", "|---|---|---|---|---|"]
     total = {prefill: [0, 0] for prefill in PREFILLS}
-    for model in models:
+    for model, records in records_by_model.items():
         for case, length, done in coverage(records, model):
             cells = " | ".join(f"{done[p][0]}/{done[p][1]}" for p in PREFILLS)
             lines.append(f"| {names.get(model, model)} | {CASE_NAMES[case]} | {length:,} | {cells} |")

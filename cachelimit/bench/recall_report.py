@@ -180,9 +180,9 @@ def markdown(records) -> str:
              f"{len(records)} trial records. Cells: right/n (percent); a trial is right when the first run of "
              "digits in the greedy answer is the key.", "", "## All retrieval trials, by budget", "",
              headline(records) or "(no retrieval trials)", ""]  # fmt: skip
-    models = list(dict.fromkeys(model for model, *_ in groups(records)))
+    by_model = {model: [r for r in records if model_of(r) == model] for model, *_ in groups(records)}
     parts += ["## Coverage of the issue's grid (`bench.recall_coverage`)", "",
-              coverage_table(records, models, MODEL_NAMES), ""]  # fmt: skip
+              coverage_table(by_model, MODEL_NAMES), ""]  # fmt: skip
     for (model, case, length, prefill), members in groups(records).items():
         parts += [_title(model, case, length, prefill, members), ""]
         parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
