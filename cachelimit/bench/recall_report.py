@@ -180,10 +180,12 @@ def markdown(records) -> str:
              f"{len(records)} trial records. Cells: right/n (percent); a trial is right when the first run of "
              "digits in the greedy answer is the key.", "", "## All retrieval trials, by budget", "",
              headline(records) or "(no retrieval trials)", ""]  # fmt: skip
-    by_model = {model: [r for r in records if model_of(r) == model] for model, *_ in groups(records)}
+    grouped, by_model = groups(records), {}
+    for (model, *_), members in grouped.items():  # every record is in one group: a model's records, split once
+        by_model.setdefault(model, []).extend(members)
     parts += ["## Coverage of the issue's grid (`bench.recall_coverage`)", "",
               coverage_table(by_model, MODEL_NAMES), ""]  # fmt: skip
-    for (model, case, length, prefill), members in groups(records).items():
+    for (model, case, length, prefill), members in grouped.items():
         parts += [_title(model, case, length, prefill, members), ""]
         parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
         if case != "ppl" and (by_depth := depth_table(members)):
