@@ -6,7 +6,7 @@
     cachelimit generate smollm2 --chat "Tell me a story" --cache-limit 256 --sinks 4   # a real model, offline
     cachelimit chat smollm2 --cache-limit 512 --sinks 4    # an endless chat: the cache is carried from turn to turn
     cachelimit families                               # the model families cachelimit serves
-    cachelimit bench --quick                          # the benchmark sweep (see cachelimit.benchmark)
+    cachelimit bench --quick                          # the benchmark sweep (see cachelimit.bench.sweep)
 
 Every failure is one line on stderr and a non-zero exit: 2 for bad input, 1 when a model cannot be loaded or
 a run fails, 130 when interrupted.
