@@ -153,11 +153,18 @@ def _subject(case: str, length, prefill: str, records) -> str:
     return f"{name}, {length}-token prompt, depths {_percents(depths)} ({read})"
 
 
-def headline(records) -> str:
+def by_model(grouped: dict) -> dict:
+    """model -> its records, in the tables' order, from `groups`' result (every record is in exactly one group)."""
+    split: dict = {}
+    for (model, *_), members in grouped.items():
+        split.setdefault(model, []).extend(members)
+    return split
+
+
+def headline(records_by_model: dict) -> str:
     """Per model, one line per budget over every retrieval trial (pass key, text, chat): each variant's accuracy
     (models are never pooled: their recall differs)."""
-    models = dict.fromkeys(model for model, *_ in groups(records))  # in the tables' order
-    parts = [_model_headline(m, [r for r in records if model_of(r) == m]) for m in models]
+    parts = [_model_headline(model, records) for model, records in records_by_model.items()]
     return "\n".join(part for part in parts if part)
 
 
@@ -176,15 +183,14 @@ def _model_headline(model: str, records) -> str:
 
 def markdown(records) -> str:
     errors = [record for record in records if record.get("error")]
+    grouped = groups(records)  # the journal grouped once: the headline, coverage and tables all read these groups
+    records_by_model = by_model(grouped)
     parts = ["# Recall at a fixed KV budget (`cachelimit bench --recall`)", "",
              f"{len(records)} trial records. Cells: right/n (percent); a trial is right when the first run of "
              "digits in the greedy answer is the key.", "", "## All retrieval trials, by budget", "",
-             headline(records) or "(no retrieval trials)", ""]  # fmt: skip
-    grouped, by_model = groups(records), {}
-    for (model, *_), members in grouped.items():  # every record is in one group: a model's records, split once
-        by_model.setdefault(model, []).extend(members)
+             headline(records_by_model) or "(no retrieval trials)", ""]  # fmt: skip
     parts += ["## Coverage of the issue's grid (`bench.recall_coverage`)", "",
-              coverage_table(by_model, MODEL_NAMES), ""]  # fmt: skip
+              coverage_table(records_by_model, MODEL_NAMES), ""]  # fmt: skip
     for (model, case, length, prefill), members in grouped.items():
         parts += [_title(model, case, length, prefill, members), ""]
         parts += [perplexity_table(members) if case == "ppl" else accuracy_table(members), ""]
