@@ -52,8 +52,7 @@ FLOAT32 = 4
 def current_rss() -> int:
     """Resident bytes now (not the peak: a leak shows as growth); Linux's /proc, else the peak as a fallback."""
     try:
-        resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
-        return resident_pages * os.sysconf("SC_PAGE_SIZE")
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # pages
     except (OSError, IndexError, ValueError):
         scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
@@ -139,8 +138,7 @@ def make_recorder(meter, clock: StepClock, every: int, fill_token: int):
 
     class Recorder(BaseStreamer):
         def __init__(self):
-            self.generated, self.samples, self.after_fill = 0, [], set()
-            self.started = self.last = None
+            self.generated, self.samples, self.after_fill, self.started, self.last = 0, [], set(), None, None
 
         def put(self, value) -> None:
             now = (time.perf_counter(), time.process_time())

@@ -150,21 +150,13 @@ class TestLoadFailures(FailureMixin, unittest.TestCase):
             tokenizer.save_pretrained(root / name)
         (root / "empty").mkdir()
         cls.root = root
+        gpt2 = ["generate", str(root / "gpt2"), "--prompt", "hi", "--max-new-tokens", "40"]
         cls.results = run_cli_concurrently(
             {
                 "bloom": ["generate", str(root / "bloom"), "--max-new-tokens", "2"],
                 "hub": ["generate", cls.HUB_NAME, "--max-new-tokens", "2"],
-                "gpt2": ["generate", str(root / "gpt2"), "--prompt", "hi", "--max-new-tokens", "40"],
-                "gpt2_bounded": [
-                    "generate",
-                    str(root / "gpt2"),
-                    "--prompt",
-                    "hi",
-                    "--max-new-tokens",
-                    "40",
-                    "--cache-limit",
-                    "8",
-                ],
+                "gpt2": gpt2,
+                "gpt2_bounded": [*gpt2, "--cache-limit", "8"],
             }
         )
 

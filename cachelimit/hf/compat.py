@@ -26,7 +26,6 @@ from .releases import (  # noqa: F401
     at_least,
     check_supported,
     is_supported,
-    release_at_least,
     require,
 )
 
@@ -99,9 +98,8 @@ def rotaries_apart(model: torch.nn.Module) -> str | None:
         return "one rotary module per layer type"
     if at_least("5.0.0") or getattr(body, "rotary_emb", None) is not None:
         return None
-    if any(name.endswith(".rotary_emb") for name, _ in model.named_modules()):
-        return "a rotary module in each attention layer"
-    return None
+    in_each_layer = any(name.endswith(".rotary_emb") for name, _ in model.named_modules())
+    return "a rotary module in each attention layer" if in_each_layer else None
 
 
 # --- 5.24.0: GPT-J and CodeGen read their sinusoidal rotary table through one rotary module at the decoder body, which
@@ -111,9 +109,8 @@ def rotary_table(model: torch.nn.Module):
     rotary = getattr(decoder_body(model), "rotary_emb", None)
     if rotary is not None:
         return rotary
-    table = next(
-        m.embed_positions for m in model.modules() if isinstance(getattr(m, "embed_positions", None), torch.Tensor)
-    )
+    tables = (getattr(module, "embed_positions", None) for module in model.modules())
+    table = next(table for table in tables if isinstance(table, torch.Tensor))
 
     def sin_cos(probe: torch.Tensor, positions: torch.Tensor):
         rows = table.to(positions.device)[positions].to(probe.dtype)
@@ -157,9 +154,8 @@ def chunk_positions_ignore_padding(position_ids: torch.Tensor | None, cache_posi
     the positions it computes from the mask, as every 5.x release and the non-chunked path do)."""
     if not CHUNKED_PREFILL_IGNORES_PADDING or position_ids is None or cache_position is None:
         return False
-    if position_ids.dim() != 2 or position_ids.shape[-1] != cache_position.shape[-1]:
-        return False
-    return bool((position_ids == cache_position.to(position_ids.device)[None]).all())
+    same_shape = position_ids.dim() == 2 and position_ids.shape[-1] == cache_position.shape[-1]
+    return same_shape and bool((position_ids == cache_position.to(position_ids.device)[None]).all())
 
 
 # --- 5.0.0: `GenerationConfig.update(..., defaults_only=True)` fills only the fields a config leaves unset (None);
@@ -193,8 +189,7 @@ def query_length(argument: int | torch.Tensor) -> int:
 
 # --- <= 5.12.1 (and 4.57.6): `CacheLayerMixin.get_max_cache_shape` is abstract (later releases dropped it).
 class CacheLayer(CacheLayerMixin):
-    """`CacheLayerMixin` with the methods some releases declare abstract: the benchmark's ideal layer derives from it
-    (the core's `BoundedLayer` defines the method itself, since the core imports nothing of the integration)."""
+    """`CacheLayerMixin` with the methods some releases declare abstract, for the benchmark's ideal layer."""
 
     def get_max_cache_shape(self) -> int:
         return self.get_max_length()
@@ -236,14 +231,13 @@ def gguf_llama_misread(installed: Version = TRANSFORMERS) -> bool:
 # `shared_kv_states`; before, from `past_key_values.shared_layers` (transformers' own DynamicCache). Gemma 4 came later.
 SHARED_KV_STATES = "5.6.0"
 
-# --- 5.13.0: models with recurrent layers (SSM, linear attention, short convolutions) take their padding mask in the
-# per-layer-type mask dict (`create_recurrent_attention_mask`; before, they read the 2D mask they were given); 5.14.0:
-# their cache is built from layers (`get_layer_types_and_kwargs`, `LinearAttentionLayer`; 4.x: cache classes of their
-# own). 5.15.0: their mixers carry the cached state through a forward of several tokens after the first (5.14.0's
-# LFM2, Nemotron-H and Zamba 2 read it but misapply it: measured), where they do at all (`hf.recurrent_state` probes
-# which); a chunked prefill or new text after a cache needs it. They are served from 5.15.0 on: on 5.14.0 the suite's
-# recurrent cases failed in more ways than that (Nemotron-H's MLP blocks have no cache layer class there, Zamba 2's
-# mask dict is read as a tensor, transformers' own runs of one prompt disagree; measured 2026-12-02).
+# --- Recurrent layers (SSM, linear attention, short convolutions). 5.13.0: their padding mask comes in the
+# per-layer-type mask dict (`create_recurrent_attention_mask`; before, the 2D mask). 5.14.0: their cache is built from
+# layers (`get_layer_types_and_kwargs`, `LinearAttentionLayer`). 5.15.0: their mixers carry the cached state through a
+# forward of several tokens after the first, where they do at all (`hf.recurrent_state` probes which; 5.14.0's LFM2,
+# Nemotron-H and Zamba 2 misapply it), as a chunked prefill or new text after a cache needs. Served from 5.15.0: on
+# 5.14.0 Nemotron-H's MLP blocks have no cache layer class, Zamba 2's mask dict is read as a tensor and transformers'
+# own runs of one prompt disagree (measured 2026-12-02).
 RECURRENT_LAYERS = "5.15.0"
 RECURRENT_STATE_CARRIED = "5.15.0"
 
@@ -261,11 +255,9 @@ DUMMY_LAYER = getattr(cache_utils, "DummyLayer", None)
 
 
 def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
-    """transformers' cache layer type of every decoder layer and its layer class's keyword arguments: attention types,
-    recurrent states ("linear_attention", "conv"), both ("hybrid": Zamba 2, Falcon-H1), "dummy" (keeps nothing). From
-    5.14.0 transformers' own `get_layer_types_and_kwargs` (5.14.0 to 5.18.0: one keyword dict for every layer class,
-    and the trailing KV-sharing layers left out; from 5.19.0: a dict per layer, sharing layers as "dummy"); before,
-    attention layers and KV sharing only."""
+    """transformers' cache layer type of every decoder layer ("linear_attention", "conv", "hybrid", "dummy" beside the
+    attention types) and its layer class's keyword arguments. From 5.14.0 `get_layer_types_and_kwargs` (to 5.18.0:
+    one keyword dict for all, trailing KV-sharing layers left out; from 5.19.0: a dict per layer, sharers "dummy")."""
     if hasattr(cache_utils, "get_layer_types_and_kwargs"):
         layer_types, layer_kwargs = cache_utils.get_layer_types_and_kwargs(config)
         if isinstance(layer_kwargs, list):
@@ -282,16 +274,15 @@ def cache_layer_types(config) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def placeholder_types() -> tuple[str, ...]:
-    """Cache layer types of layers without attention (Nemotron-H's MLP and MoE blocks) that the release gives a
-    placeholder layer of its own class, kept in the cache so the layer indices line up (before 5.23.0; from 5.23.0
-    transformers reads them as "dummy")."""
+    """Cache layer types of layers without attention (Nemotron-H's MLP and MoE blocks) that releases before 5.23.0
+    give a placeholder layer of their own class, so the layer indices line up (5.23.0 on: "dummy")."""
     mapping = getattr(cache_utils, "DYNAMIC_LAYER_TYPE_MAPPING", {})
     return tuple(kind for kind in ("moe", "mlp") if kind in mapping)
 
 
 def kv_shared_layers(config) -> list[bool]:
-    """Per decoder layer: whether it reads another layer's keys and values (Gemma 3n, Gemma 4): `kv_sharing_modes`
-    where the config has them, else the last `num_kv_shared_layers`."""
+    """Per layer: whether it reads another's keys and values (Gemma 3n, 4): `kv_sharing_modes`, else the last
+    `num_kv_shared_layers`."""
     modes = getattr(config, "kv_sharing_modes", None)
     if modes is not None:
         return [mode == "reuse" for mode in modes]
@@ -300,15 +291,10 @@ def kv_shared_layers(config) -> list[bool]:
 
 
 def recurrent_mask(config, attention_mask: torch.Tensor | None, num_new: int, cache) -> torch.Tensor | None:
-    """transformers' mask of recurrent layers for a forward of `num_new` tokens (their padding, or None), from the
-    run's 2D mask (5.13.0)."""
+    """transformers' mask of recurrent layers (their padding, or None) for `num_new` new tokens (5.13.0)."""
     from transformers.masking_utils import create_recurrent_attention_mask
 
     shape_only = torch.empty(attention_mask.shape[0] if attention_mask is not None else 1, num_new, 0)
-    arguments = {
-        "config": config,
-        "inputs_embeds": shape_only,
-        "attention_mask": attention_mask,
-        CACHE_ARGUMENT: cache,
-    }
-    return create_recurrent_attention_mask(**arguments)
+    return create_recurrent_attention_mask(
+        config=config, inputs_embeds=shape_only, attention_mask=attention_mask, **{CACHE_ARGUMENT: cache}
+    )
