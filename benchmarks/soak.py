@@ -52,7 +52,7 @@ FLOAT32 = 4
 def current_rss() -> int:
     """Resident bytes now (not the peak: a leak shows as growth); Linux's /proc, else the peak as a fallback."""
     try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # pages
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, IndexError, ValueError):
         scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
