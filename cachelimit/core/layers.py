@@ -4,7 +4,9 @@ The layer holds one buffer of sink slots followed by the ring (`core.ring`), plu
 sink keys as written (un-rotated: the returned copies are rotated from them each step, so no error accumulates; for a
 layer whose positions live in its values, MLA's latent cache, the sink values: `RotaryShift.rotates`). It
 decides nothing: which slot a token lands in, what is returned and how sinks move come from the plan its group's
-policy computed for this forward (`core.plan`), the same for every layer of the group.
+policy computed for this forward (`core.plan`), the same for every layer of the group. It names its group only by
+what it reads of it (`LayerOwner`), so that of the two, only the group, which builds and drives its layers, imports
+the other.
 
 Under `torch.compile` a decode step's update is a tensor-indexed write and a return of buffers whose shape does not
 change from step to step (`StepPlan.returned`); the checks and counters that read or change ints are left to the
@@ -13,7 +15,7 @@ eager code around the compiled forward (`BoundedCache.settle`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from transformers.cache_utils import CacheLayerMixin
@@ -22,8 +24,23 @@ from .memory import fixed_address
 from .plan import StepPlan
 
 if TYPE_CHECKING:
-    from .group import LayerGroup
+    from .policy import Policy
     from .rotary import RotaryShift
+    from .rows import RowState
+
+
+class LayerOwner(Protocol):
+    """What a layer reads of the group it belongs to (`core.group.LayerGroup`): its policy, its bookkeeping, the plan
+    of the forward under way, and the sink rotations it shares among its layers."""
+
+    layers: list[BoundedLayer]
+    policy: Policy
+    rows: RowState | None
+    plan: StepPlan | None
+
+    def rotate_sinks(self, plan: StepPlan) -> bool: ...
+
+    def rotation(self, plan: StepPlan, kind: str) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def contiguous_states(key_states: torch.Tensor, value_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,7 +56,7 @@ class BoundedLayer(CacheLayerMixin):
 
     is_sliding = True
 
-    def __init__(self, group: LayerGroup, rotary: RotaryShift | None = None, rotary_kind: str = ""):
+    def __init__(self, group: LayerOwner, rotary: RotaryShift | None = None, rotary_kind: str = ""):
         super().__init__()
         self.group, self.rotary, self.rotary_kind = group, rotary, rotary_kind
         self.rotated = rotary.rotates if rotary is not None else "keys"  # the tensor whose sinks are moved

@@ -16,7 +16,7 @@ that window, plus itself; a model's own sliding window and chunks apply on top (
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -24,11 +24,34 @@ from .plan import StepPlan
 from .ring import grown_capacity, slot_columns, slot_of, written_slots
 from .rows import RowState
 
-if TYPE_CHECKING:
-    from .window import WindowPolicy
+
+class WindowShape(Protocol):
+    """What the plans read of their policy, `core.window.WindowPolicy`: a protocol, because that policy imports this
+    module, which so imports nothing of it."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def num_sinks(self) -> int: ...
+
+    @property
+    def window_prefill(self) -> bool: ...
+
+    @property
+    def native_window(self) -> int | None: ...
+
+    @property
+    def chunk(self) -> int | None: ...
+
+    @property
+    def recent(self) -> int: ...
+
+    @property
+    def ring_size(self) -> int: ...
 
 
-def reads_every_slot(policy: WindowPolicy, rows: RowState, start: int) -> bool:
+def reads_every_slot(policy: WindowShape, rows: RowState, start: int) -> bool:
     """Whether a real token decoded at column `start` reads every slot it is given: no pad among the ring slots
     written so far (the last `written_slots` columns), and no sinks, or every sink has left the window (a sink still
     inside it is read through the ring, its sink slot masked). Before the ring is full that holds for a batch without
@@ -40,7 +63,7 @@ def reads_every_slot(policy: WindowPolicy, rows: RowState, start: int) -> bool:
     return policy.num_sinks == 0 or (rows.sinks_complete and rows.last_sink_column < start - policy.recent)
 
 
-def real_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> StepPlan:
+def real_decode(policy: WindowShape, rows: RowState, rotates_sinks: bool) -> StepPlan:
     """A decode step whose new token is real in every row (a token `generate` appended: it extends the mask with
     ones), planned from the host's bookkeeping and device ops alone, so it never waits for the device: the slot, the
     capacity, the positions, the sinks the token completes, and the visibility, which is all-true once it reads every
@@ -86,7 +109,7 @@ def real_decode(policy: WindowPolicy, rows: RowState, rotates_sinks: bool) -> St
 
 
 def general_step(
-    policy: WindowPolicy, rows: RowState, new_real: torch.Tensor, all_real: bool, model_mask: bool, rotates_sinks: bool
+    policy: WindowShape, rows: RowState, new_real: torch.Tensor, all_real: bool, model_mask: bool, rotates_sinks: bool
 ) -> StepPlan:
     """Plan any forward over `new_real.shape[1]` new tokens (bool, False for pads; `all_real`: none is), then
     advance `rows`. It reads where the pads and sinks are back to the host (`_advance`): a few host-device syncs, in
