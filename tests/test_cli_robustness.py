@@ -148,6 +148,33 @@ class TestProcessConditions(unittest.TestCase):
         self.assertEqual(stderr.strip().splitlines()[-1], "cachelimit: interrupted")
 
 
+class TestInterruptWrapped(unittest.TestCase):
+    """A Ctrl-C can reach `main` inside another error: Python 3.11 wraps one that lands while a class body is built
+    (`__set_name__`, seen in the start-up test above under load) in a RuntimeError. It is still an interrupt."""
+
+    def run_main(self, error: BaseException) -> tuple[int, str]:
+        stderr = io.StringIO()
+        with mock.patch.object(cli, "run", side_effect=error), contextlib.redirect_stderr(stderr):
+            code = cli.main(["generate"])
+        return code, stderr.getvalue()
+
+    def test_wrapped_interrupt_is_an_interrupt(self):
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as interrupt:
+                raise RuntimeError("Error calling __set_name__ on 'Field' instance") from interrupt
+        except RuntimeError as wrapped:
+            error = wrapped
+        code, stderr = self.run_main(error)
+        self.assertEqual((code, stderr.strip()), (130, "cachelimit: interrupted"))
+
+    def test_other_errors_stay_errors(self):
+        code, stderr = self.run_main(RuntimeError("no interrupt here"))
+        self.assertEqual(code, 1)
+        self.assertIn("cachelimit: error: RuntimeError: no interrupt here", stderr)
+
+
 class TestStreamedText(unittest.TestCase):
     def stream(self, token_ids: list[int]) -> str:
         out, err = io.StringIO(), io.StringIO()

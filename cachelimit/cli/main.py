@@ -141,6 +141,30 @@ def _stdout_closed() -> bool:
     return sys.stdout is None or getattr(sys.stdout, "closed", False)
 
 
+def _caused_by_interrupt(error: BaseException) -> bool:
+    """Whether a Ctrl-C is behind this error: one that lands in an import can reach `main` wrapped (Python 3.11
+    raises a RuntimeError "Error calling __set_name__" from it when it interrupts a class body being built)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _interrupted(argv: list[str] | None) -> int:
+    print("\ncachelimit: interrupted", file=sys.stderr)
+    if argv is None:  # the process's own command line: leave now, with 130
+        # A Ctrl-C that lands inside C code (torch's import runs some) makes CPython kill itself with SIGINT at exit
+        # even though it was handled here; exiting at once keeps the status 130.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(130)
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `cachelimit` and `python -m cachelimit`; returns the exit status."""
     prog = "cachelimit"
@@ -158,20 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0
     except KeyboardInterrupt:
-        print("\ncachelimit: interrupted", file=sys.stderr)
-        if argv is None:  # the process's own command line: leave now, with 130
-            # A Ctrl-C that lands inside C code (torch's import runs some) makes CPython kill itself with SIGINT
-            # at exit even though it was handled here; exiting at once keeps the status 130.
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(130)
-        return 130
+        return _interrupted(argv)
     except BrokenPipeError:  # `cachelimit generate ... | head`: stop quietly
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as error:
+        if _caused_by_interrupt(error):
+            return _interrupted(argv)
         if os.environ.get("CACHELIMIT_DEBUG"):
             raise
         message = f"{type(error).__name__}: {_one_line(error)} (set CACHELIMIT_DEBUG=1 for the traceback)"
