@@ -159,13 +159,8 @@ class TestInterruptWrapped(unittest.TestCase):
         return code, stderr.getvalue()
 
     def test_wrapped_interrupt_is_an_interrupt(self):
-        try:
-            try:
-                raise KeyboardInterrupt
-            except KeyboardInterrupt as interrupt:
-                raise RuntimeError("Error calling __set_name__ on 'Field' instance") from interrupt
-        except RuntimeError as wrapped:
-            error = wrapped
+        error = RuntimeError("Error calling __set_name__ on 'Field' instance")
+        error.__cause__ = KeyboardInterrupt()  # what `raise ... from` sets
         code, stderr = self.run_main(error)
         self.assertEqual((code, stderr.strip()), (130, "cachelimit: interrupted"))
 
